@@ -1,0 +1,227 @@
+"""ELMo model configuration."""
+
+import json
+import os
+
+from transformers import PreTrainedConfig
+
+# The character-id scheme (see tokenization_elmo.py) uses ids 0..261: 0 is padding, 1..256 are
+# the bytes, 257..261 the five marker characters (begin/end of sentence, begin/end of word, pad).
+ELMO_NUM_CHARACTERS = 262
+SUPPORTED_ACTIVATIONS = ("relu", "tanh")
+
+# The published "original" ELMo (5.5B has the same shape), as in its options.json.
+ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+
+
+class ElmoConfig(PreTrainedConfig):
+    r"""
+    Configuration of an ELMo biLM (Peters et al., 2018). Defaults give the published "original" model
+    (2 x 4096 LSTM cells, 512-dimensional projections, 2048 character filters, 2 highway layers).
+
+    Args:
+        char_embedding_dim (int, defaults to 16): size of each character's embedding.
+        filters (list of [width, count], defaults to the original's 7 filter banks): the character CNN's
+            convolutions; their counts add up to the token representation's width before projection.
+        num_highway_layers (int, defaults to 2): highway layers after the character CNN.
+        activation (str, defaults to "relu"): activation of the character CNN, "relu" or "tanh".
+        num_characters (int, defaults to 262): rows of the character embedding (0 is padding). Only 262 is
+            supported: it is fixed by the character-id scheme.
+        max_characters_per_token (int, defaults to 50): character ids per word, markers included.
+        lstm_dim (int, defaults to 4096): LSTM memory cell size of each direction.
+        projection_dim (int, defaults to 512): each LSTM's output is projected to this size, and so is the
+            token representation; every layer's output is `2 * projection_dim` wide.
+        num_lstm_layers (int, defaults to 2): LSTM layers per direction.
+        cell_clip (float or None, defaults to 3.0): the LSTM memory cell is clipped to [-cell_clip, cell_clip].
+        proj_clip (float or None, defaults to 3.0): the projected LSTM output is clipped to
+            [-proj_clip, proj_clip].
+        use_skip_connections (bool, defaults to True): LSTM layers after the first add their input to
+            their output.
+        initializer_range (float, defaults to 0.02): std of the normal init of newly created linear layers.
+    """
+
+    model_type = "elmo"
+
+    def __init__(
+        self,
+        char_embedding_dim=16,
+        filters=None,
+        num_highway_layers=2,
+        activation="relu",
+        num_characters=ELMO_NUM_CHARACTERS,
+        max_characters_per_token=50,
+        lstm_dim=4096,
+        projection_dim=512,
+        num_lstm_layers=2,
+        cell_clip=3.0,
+        proj_clip=3.0,
+        use_skip_connections=True,
+        initializer_range=0.02,
+        **kwargs,
+    ):
+        self.char_embedding_dim = _positive_int("char_embedding_dim", char_embedding_dim)
+        self.filters = _filters("filters", ORIGINAL_FILTERS if filters is None else filters)
+        self.num_highway_layers = _non_negative_int("num_highway_layers", num_highway_layers)
+        if activation not in SUPPORTED_ACTIVATIONS:
+            raise ValueError(f"activation must be one of {SUPPORTED_ACTIVATIONS}, got {activation!r}")
+        self.activation = activation
+        if num_characters != ELMO_NUM_CHARACTERS:
+            raise ValueError(
+                f"num_characters must be {ELMO_NUM_CHARACTERS} (fixed by the character-id scheme), got {num_characters!r}"
+            )
+        self.num_characters = num_characters
+        self.max_characters_per_token = _positive_int("max_characters_per_token", max_characters_per_token)
+        widest_filter = max(width for width, _ in self.filters)
+        if self.max_characters_per_token < max(widest_filter, 3):
+            raise ValueError(
+                f"max_characters_per_token must be at least 3 and at least the widest filter ({widest_filter}), "
+                f"got {max_characters_per_token!r}"
+            )
+        self.lstm_dim = _positive_int("lstm_dim", lstm_dim)
+        self.projection_dim = _positive_int("projection_dim", projection_dim)
+        if self.projection_dim >= self.lstm_dim:
+            raise ValueError(
+                f"projection_dim must be smaller than lstm_dim ({lstm_dim!r}), got {projection_dim!r}: "
+                "ELMo LSTMs without a projection are not supported"
+            )
+        self.num_lstm_layers = _positive_int("num_lstm_layers", num_lstm_layers)
+        self.cell_clip = _optional_positive_float("cell_clip", cell_clip)
+        self.proj_clip = _optional_positive_float("proj_clip", proj_clip)
+        if not isinstance(use_skip_connections, bool):
+            raise ValueError(f"use_skip_connections must be a bool, got {use_skip_connections!r}")
+        self.use_skip_connections = use_skip_connections
+        self.initializer_range = initializer_range
+        # Derived: every layer's output is [forward; backward].
+        self.hidden_size = 2 * self.projection_dim
+        self.num_filters = sum(count for _, count in self.filters)
+        super().__init__(**kwargs)
+
+    @classmethod
+    def from_options_json(cls, options, **kwargs):
+        """Build a config from bilm-tf's `options.json` (a path, or the already parsed dict).
+
+        Keys that only steer bilm-tf's training (dropout, batch_size, n_epochs, ...) are ignored; a missing
+        optional key takes bilm-tf's default (1 LSTM layer, no clipping, no skip connections). Extra keyword
+        arguments override config fields.
+        """
+        if isinstance(options, (str, os.PathLike)):
+            with open(options, encoding="utf-8") as options_file:
+                options = json.load(options_file)
+        if not isinstance(options, dict):
+            raise ValueError(f"options must be a JSON object, got {type(options).__name__}")
+        if options.get("bidirectional", True) is not True:
+            raise ValueError(f"options 'bidirectional' must be true, got {options['bidirectional']!r}")
+        char_cnn = _section(options, "char_cnn")
+        lstm = _section(options, "lstm")
+        n_characters = _required(char_cnn, "char_cnn", "n_characters")
+        # bilm-tf's training options count 261 characters (no padding row); inference counts 262.
+        if n_characters == ELMO_NUM_CHARACTERS - 1:
+            n_characters = ELMO_NUM_CHARACTERS
+        elif n_characters != ELMO_NUM_CHARACTERS:
+            raise ValueError(f"options 'char_cnn.n_characters' must be 261 or 262, got {n_characters!r}")
+        fields = dict(
+            char_embedding_dim=_required(_section(char_cnn, "embedding", "char_cnn."), "char_cnn.embedding", "dim"),
+            filters=_required(char_cnn, "char_cnn", "filters"),
+            num_highway_layers=char_cnn.get("n_highway") or 0,
+            activation=_required(char_cnn, "char_cnn", "activation"),
+            num_characters=n_characters,
+            max_characters_per_token=_required(char_cnn, "char_cnn", "max_characters_per_token"),
+            lstm_dim=_required(lstm, "lstm", "dim"),
+            projection_dim=_required(lstm, "lstm", "projection_dim"),
+            num_lstm_layers=lstm.get("n_layers", 1),
+            cell_clip=lstm.get("cell_clip"),
+            proj_clip=lstm.get("proj_clip"),
+            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+        )
+        option_names = {
+            "char_embedding_dim": "char_cnn.embedding.dim",
+            "filters": "char_cnn.filters",
+            "num_highway_layers": "char_cnn.n_highway",
+            "activation": "char_cnn.activation",
+            "max_characters_per_token": "char_cnn.max_characters_per_token",
+            "lstm_dim": "lstm.dim",
+            "projection_dim": "lstm.projection_dim",
+            "num_lstm_layers": "lstm.n_layers",
+            "cell_clip": "lstm.cell_clip",
+            "proj_clip": "lstm.proj_clip",
+            "use_skip_connections": "lstm.use_skip_connections",
+        }
+        fields.update(kwargs)
+        try:
+            return cls(**fields)
+        except ValueError as error:
+            # Every config error starts with the field's name: add the options.json key it came from.
+            field = str(error).split(" ", 1)[0].split("[", 1)[0]
+            if field in option_names:
+                raise ValueError(f"options '{option_names[field]}': {error}") from None
+            raise
+
+    def to_options_json(self):
+        """The bilm-tf `options.json` dict (inference form) describing this config."""
+        return {
+            "lstm": {
+                "dim": self.lstm_dim,
+                "projection_dim": self.projection_dim,
+                "n_layers": self.num_lstm_layers,
+                "cell_clip": self.cell_clip,
+                "proj_clip": self.proj_clip,
+                "use_skip_connections": self.use_skip_connections,
+            },
+            "char_cnn": {
+                "embedding": {"dim": self.char_embedding_dim},
+                "filters": self.filters,
+                "n_highway": self.num_highway_layers,
+                "n_characters": self.num_characters,
+                "max_characters_per_token": self.max_characters_per_token,
+                "activation": self.activation,
+            },
+        }
+
+
+def _section(options, name, prefix=""):
+    if name not in options:
+        raise ValueError(f"options is missing the key '{prefix}{name}'")
+    if not isinstance(options[name], dict):
+        raise ValueError(f"options '{prefix}{name}' must be an object, got {options[name]!r}")
+    return options[name]
+
+
+def _required(section, section_name, key):
+    if key not in section:
+        raise ValueError(f"options is missing the key '{section_name}.{key}'")
+    return section[key]
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _non_negative_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return value
+
+
+def _optional_positive_float(name, value):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{name} must be a positive number or None, got {value!r}")
+    return float(value)
+
+
+def _filters(name, filters):
+    if not isinstance(filters, (list, tuple)) or not filters:
+        raise ValueError(f"{name} must be a non-empty list of [width, count] pairs, got {filters!r}")
+    checked = []
+    for index, pair in enumerate(filters):
+        if (
+            not isinstance(pair, (list, tuple))
+            or len(pair) != 2
+            or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in pair)
+        ):
+            raise ValueError(f"{name}[{index}] must be a [width, count] pair of positive ints, got {pair!r}")
+        checked.append([pair[0], pair[1]])
+    return checked

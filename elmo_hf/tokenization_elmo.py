@@ -1,0 +1,353 @@
+"""ELMo's character-level tokenizer: words in, bilm-tf's exact character ids out."""
+
+import functools
+from collections.abc import Mapping
+
+from tokenizers import Regex, pre_tokenizers
+from transformers.tokenization_utils_base import BatchEncoding, PreTrainedTokenizerBase
+from transformers.utils import PaddingStrategy, TensorType, to_py_obj
+
+# bilm-tf's character vocabulary: the 256 byte values, then five markers. Every id is shifted by +1
+# on output so that 0 can mean "no character / no word".
+BEGIN_OF_SENTENCE_CHAR = 256
+END_OF_SENTENCE_CHAR = 257
+BEGIN_OF_WORD_CHAR = 258
+END_OF_WORD_CHAR = 259
+PADDING_CHAR = 260
+
+# Raw text is split on whitespace, then punctuation is split off the words ("end." -> "end", ".")
+# while word-internal punctuation stays ("U.S", "don't", "state-of-the-art").
+_WORD_PATTERN = r"\w+(?:[-'’.]\w+)*|[^\w\s]"
+
+
+@functools.lru_cache(maxsize=200_000)
+def word_to_char_ids(word, max_characters_per_token=50, bos_token="<S>", eos_token="</S>"):
+    """The `max_characters_per_token` character ids bilm-tf gives `word`, shifted by +1 (0 is padding).
+
+    The word's UTF-8 bytes (undecodable characters such as lone surrogates dropped) are truncated to
+    `max_characters_per_token - 2` bytes and wrapped in begin/end-of-word markers. The sentence
+    boundaries `bos_token`/`eos_token` are encoded as the begin/end-of-sentence markers.
+    """
+    if word == bos_token:
+        body = [BEGIN_OF_SENTENCE_CHAR]
+    elif word == eos_token:
+        body = [END_OF_SENTENCE_CHAR]
+    else:
+        body = list(word.encode("utf-8", "ignore")[: max_characters_per_token - 2])
+    char_ids = [BEGIN_OF_WORD_CHAR, *body, END_OF_WORD_CHAR]
+    char_ids += [PADDING_CHAR] * (max_characters_per_token - len(char_ids))
+    return tuple(char_id + 1 for char_id in char_ids)
+
+
+class ElmoBatchEncoding(BatchEncoding):
+    """A `BatchEncoding` that remembers which word each position came from (`word_ids()`)."""
+
+    def __init__(self, data=None, word_ids=None, tensor_type=None, prepend_batch_axis=False):
+        super().__init__(data, tensor_type=tensor_type, prepend_batch_axis=prepend_batch_axis)
+        self._word_ids = word_ids
+
+    def word_ids(self, batch_index=0):
+        """Index of the input word at each position, None at sentence boundaries and padding."""
+        if self._word_ids is None:
+            raise ValueError("word_ids() is only available on the output of ElmoTokenizer.__call__")
+        return list(self._word_ids[batch_index])
+
+
+class ElmoTokenizer(PreTrainedTokenizerBase):
+    r"""
+    Turns sentences into ELMo's character ids, exactly as bilm-tf's `Batcher` does. There is no word
+    vocabulary: any word can be encoded.
+
+    Args:
+        max_characters_per_token (int, defaults to 50): character ids per word, markers included. Longer
+            words are truncated to `max_characters_per_token - 2` UTF-8 bytes.
+        bos_token (str, defaults to "<S>"), eos_token (str, defaults to "</S>"): the sentence boundaries
+            added by `add_special_tokens=True`; a word equal to one of them gets the boundary's ids.
+        pad_token (str, defaults to "<pad>"): the name of a padding word, whose character ids are all 0.
+
+    Returns from `__call__` (per sentence, W = words, boundaries included):
+        input_ids: (W, max_characters_per_token) ints, 0 = padding word.
+        attention_mask: (W,), 1 for real words and boundaries, 0 for padding.
+    """
+
+    model_input_names = ["input_ids", "attention_mask"]
+    # Padding value of every per-word field `pad` knows; `input_ids` pads with a word of zeros.
+    word_level_padding_values = {
+        "attention_mask": 0,
+        "special_tokens_mask": 1,
+        "token_type_ids": 0,
+        "offset_mapping": (0, 0),
+    }
+
+    def __init__(self, max_characters_per_token=50, bos_token="<S>", eos_token="</S>", pad_token="<pad>", **kwargs):
+        if isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int):
+            raise ValueError(f"max_characters_per_token must be an int, got {max_characters_per_token!r}")
+        if max_characters_per_token < 3:
+            raise ValueError(f"max_characters_per_token must be at least 3, got {max_characters_per_token!r}")
+        self.max_characters_per_token = max_characters_per_token
+        self._pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(_WORD_PATTERN), behavior="isolated")]
+        )
+        super().__init__(
+            max_characters_per_token=max_characters_per_token,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            pad_token=pad_token,
+            **kwargs,
+        )
+
+    @property
+    def pad_token_id(self):
+        """A padding word is a row of zeros: its character id is 0."""
+        return 0
+
+    # ---- vocabulary-like API: a "token" is a word, its "id" is its row of character ids ----
+    @property
+    def vocab_size(self):
+        """Size of the character vocabulary (ids 0..261)."""
+        return 262
+
+    def __len__(self):
+        return self.vocab_size
+
+    def get_vocab(self):
+        """ELMo has no word vocabulary: every word is encoded from its characters."""
+        return {}
+
+    @property
+    def added_tokens_decoder(self):
+        return {}
+
+    def save_vocabulary(self, save_directory, filename_prefix=None):
+        return ()
+
+    def tokenize(self, text, **kwargs):
+        """Split raw text into words, as `__call__` does for strings."""
+        return [word for word, _ in self._pre_tokenizer.pre_tokenize_str(text)]
+
+    def convert_tokens_to_ids(self, tokens):
+        """Character ids of one word (a list of ints) or of a list of words (a list of lists)."""
+        if isinstance(tokens, str):
+            return list(self._word_to_char_ids(tokens))
+        return [list(self._word_to_char_ids(token)) for token in tokens]
+
+    def convert_ids_to_tokens(self, ids, skip_special_tokens=False):
+        """The word(s) behind one row of character ids, or behind a list of rows."""
+        ids = to_py_obj(ids)
+        if ids and isinstance(ids[0], int):
+            return self._char_ids_to_word(ids)
+        words = [self._char_ids_to_word(row) for row in ids if any(row)]
+        if skip_special_tokens:
+            words = [word for word in words if word not in (self.bos_token, self.eos_token)]
+        return words
+
+    def convert_tokens_to_string(self, tokens):
+        return " ".join(tokens)
+
+    def _decode(self, token_ids, skip_special_tokens=False, **kwargs):
+        return self.convert_tokens_to_string(self.convert_ids_to_tokens(token_ids, skip_special_tokens))
+
+    def _word_to_char_ids(self, word):
+        return word_to_char_ids(word, self.max_characters_per_token, self.bos_token, self.eos_token)
+
+    def _char_ids_to_word(self, char_ids):
+        chars = [char_id - 1 for char_id in char_ids if char_id > 0]
+        if BEGIN_OF_SENTENCE_CHAR in chars:
+            return self.bos_token
+        if END_OF_SENTENCE_CHAR in chars:
+            return self.eos_token
+        return bytes(c for c in chars if c < 256).decode("utf-8", "replace")
+
+    # ---- encoding ----
+    def _encode_plus(
+        self,
+        text,
+        text_pair=None,
+        add_special_tokens=True,
+        padding_strategy=PaddingStrategy.DO_NOT_PAD,
+        truncation_strategy=None,
+        max_length=None,
+        stride=0,
+        is_split_into_words=False,
+        pad_to_multiple_of=None,
+        padding_side=None,
+        return_tensors=None,
+        return_token_type_ids=None,
+        return_attention_mask=None,
+        return_overflowing_tokens=False,
+        return_special_tokens_mask=False,
+        return_offsets_mapping=False,
+        return_length=False,
+        verbose=True,
+        **kwargs,
+    ):
+        if text_pair is not None:
+            raise ValueError("ElmoTokenizer encodes single sentences; text_pair is not supported")
+        if return_overflowing_tokens:
+            raise ValueError("ElmoTokenizer does not support return_overflowing_tokens")
+        sentences, is_batched = self._split_batch(text, is_split_into_words)
+        truncate = truncation_strategy is not None and truncation_strategy.value != "do_not_truncate"
+
+        encoded = {"input_ids": [], "attention_mask": [], "offset_mapping": [], "special_tokens_mask": []}
+        all_word_ids = []
+        for words, offsets in sentences:
+            word_ids = list(range(len(words)))
+            special = [0] * len(words)
+            if truncate and max_length is not None:
+                keep = max_length - (2 if add_special_tokens else 0)
+                if keep < 1:
+                    raise ValueError(f"max_length={max_length} leaves no room for a word")
+                if len(words) > keep:
+                    start = 0 if self.truncation_side == "right" else len(words) - keep
+                    words, offsets, word_ids = (x[start : start + keep] for x in (words, offsets, word_ids))
+            if add_special_tokens:
+                words = [self.bos_token, *words, self.eos_token]
+                offsets = [(0, 0), *offsets, (0, 0)]
+                word_ids = [None, *word_ids, None]
+                special = [1, *special, 1]
+            encoded["input_ids"].append([list(self._word_to_char_ids(word)) for word in words])
+            encoded["attention_mask"].append([1] * len(words))
+            encoded["offset_mapping"].append(offsets)
+            encoded["special_tokens_mask"].append(special)
+            all_word_ids.append(word_ids)
+
+        if return_attention_mask is False:
+            del encoded["attention_mask"]
+        if not return_offsets_mapping:
+            del encoded["offset_mapping"]
+        if not return_special_tokens_mask:
+            del encoded["special_tokens_mask"]
+        if return_token_type_ids:
+            encoded["token_type_ids"] = [[0] * len(mask) for mask in encoded["input_ids"]]
+
+        if padding_strategy != PaddingStrategy.DO_NOT_PAD:
+            target_length = self._padded_length(encoded["input_ids"], padding_strategy, max_length, pad_to_multiple_of)
+            side = padding_side or self.padding_side
+            for index in range(len(all_word_ids)):
+                missing = target_length - len(all_word_ids[index])
+                all_word_ids[index] = _pad_list(all_word_ids[index], missing, None, side)
+                for key in encoded:
+                    encoded[key][index] = self._pad_field(key, encoded[key][index], missing, side)
+        if return_length:
+            encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
+
+        if not is_batched:
+            encoded = {key: value[0] for key, value in encoded.items()}
+        return ElmoBatchEncoding(
+            encoded, word_ids=all_word_ids, tensor_type=return_tensors, prepend_batch_axis=not is_batched
+        )
+
+    def _split_batch(self, text, is_split_into_words):
+        """[(words, offsets)] for each sentence, and whether the input was a batch."""
+        if is_split_into_words:
+            if not isinstance(text, (list, tuple)):
+                raise TypeError(
+                    f"with is_split_into_words=True the input must be a list of words or a list of such lists, "
+                    f"got {type(text).__name__}"
+                )
+            is_batched = len(text) > 0 and all(isinstance(item, (list, tuple)) for item in text)
+            sentences = text if is_batched else [text]
+        else:
+            if isinstance(text, str):
+                is_batched, sentences = False, [text]
+            elif isinstance(text, (list, tuple)):
+                is_batched, sentences = True, text
+            else:
+                raise TypeError(f"text must be a string or a list of strings, got {type(text).__name__}")
+        if len(sentences) == 0:
+            raise ValueError("the batch is empty: give at least one sentence")
+        split = []
+        for index, sentence in enumerate(sentences):
+            if is_split_into_words:
+                if not isinstance(sentence, (list, tuple)):
+                    raise TypeError(f"sentence {index} must be a list of words, got {type(sentence).__name__}")
+                for position, word in enumerate(sentence):
+                    if not isinstance(word, str):
+                        raise TypeError(
+                            f"sentence {index}, word {position} must be a string, got {type(word).__name__}: {word!r}"
+                        )
+                words = list(sentence)
+                offsets = [(0, len(word)) for word in words]
+            else:
+                if not isinstance(sentence, str):
+                    raise TypeError(f"sentence {index} must be a string, got {type(sentence).__name__}: {sentence!r}")
+                pieces = self._pre_tokenizer.pre_tokenize_str(sentence)
+                words = [word for word, _ in pieces]
+                offsets = [offset for _, offset in pieces]
+            if not words:
+                raise ValueError(f"sentence {index} has no words")
+            split.append((words, offsets))
+        return split, is_batched
+
+    # ---- padding ----
+    def pad(
+        self,
+        encoded_inputs,
+        padding=True,
+        max_length=None,
+        pad_to_multiple_of=None,
+        padding_side=None,
+        return_attention_mask=None,
+        return_tensors=None,
+        verbose=True,
+    ):
+        """Pad one encoded sentence or a batch (a dict of lists, or a list of dicts as data collators give) to
+        the same number of words. `input_ids` pads with all-zero words; see `word_level_padding_values`."""
+        if isinstance(encoded_inputs, (list, tuple)) and encoded_inputs and isinstance(encoded_inputs[0], Mapping):
+            encoded_inputs = {key: [example[key] for example in encoded_inputs] for key in encoded_inputs[0]}
+        if not isinstance(encoded_inputs, Mapping) or "input_ids" not in encoded_inputs:
+            raise ValueError("pad() needs encodings that include input_ids")
+        encoded = {key: to_py_obj(value) for key, value in encoded_inputs.items()}
+        if return_tensors is None:
+            first = encoded_inputs["input_ids"]
+            first = first[0] if isinstance(first, (list, tuple)) and first else first
+            return_tensors = "pt" if type(first).__module__.startswith("torch") else None
+        input_ids = encoded["input_ids"]
+        if not input_ids:
+            raise ValueError("pad() got an empty batch")
+        # A single sentence is (words, chars); a batch is (sentences, words, chars).
+        is_batched = bool(input_ids[0]) and isinstance(input_ids[0][0], (list, tuple))
+        if not is_batched:
+            encoded = {key: [value] for key, value in encoded.items()}
+        if return_attention_mask is not False and "attention_mask" not in encoded:
+            encoded["attention_mask"] = [[1 if any(word) else 0 for word in sentence] for sentence in encoded["input_ids"]]
+
+        padding_strategy, _, max_length, _ = self._get_padding_truncation_strategies(
+            padding=padding, max_length=max_length, verbose=verbose
+        )
+        if padding_strategy != PaddingStrategy.DO_NOT_PAD:
+            target_length = self._padded_length(encoded["input_ids"], padding_strategy, max_length, pad_to_multiple_of)
+            side = padding_side or self.padding_side
+            missing = [target_length - len(sentence) for sentence in encoded["input_ids"]]
+            for key, values in encoded.items():
+                if key == "input_ids" or key in self.word_level_padding_values:
+                    encoded[key] = [self._pad_field(key, value, m, side) for value, m in zip(values, missing)]
+        if not is_batched:
+            encoded = {key: value[0] for key, value in encoded.items()}
+        return ElmoBatchEncoding(encoded, tensor_type=return_tensors, prepend_batch_axis=False)
+
+    @staticmethod
+    def _padded_length(input_ids, padding_strategy, max_length, pad_to_multiple_of):
+        longest = max(len(sentence) for sentence in input_ids)
+        if padding_strategy == PaddingStrategy.LONGEST or max_length is None:
+            target = longest
+        else:
+            target = max(max_length, longest)
+        if pad_to_multiple_of:
+            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+        return target
+
+    def _pad_field(self, key, value, missing, side):
+        if key == "input_ids":
+            return _pad_list(value, missing, [0] * self.max_characters_per_token, side)
+        return _pad_list(value, missing, self.word_level_padding_values.get(key, 0), side)
+
+
+def _pad_list(values, missing, padding_value, side):
+    if missing <= 0:
+        return values
+    padding = [padding_value] * missing
+    return values + padding if side == "right" else padding + values
+
+
+__all__ = ["ElmoTokenizer", "ElmoBatchEncoding", "word_to_char_ids"]

@@ -1,0 +1,27 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="elmo-hf",
+    version="0.1.0",
+    description="ELMo (Peters et al., 2018) as a Hugging Face transformers model: exact, stateless, fast.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["elmo_hf", "elmo_hf.*", "conversion"]),
+    include_package_data=True,
+    install_requires=[
+        "torch>=2.1",
+        "transformers>=5.0",
+        "tokenizers>=0.22",
+        "huggingface-hub>=1.0",
+        "safetensors>=0.4.3",
+        "numpy>=1.24",
+        "tqdm>=4.66",
+    ],
+    extras_require={
+        # Reading the published hdf5 weights.
+        "conversion": ["h5py>=3.8"],
+        "test": ["pytest>=8.0", "hypothesis>=6.100", "h5py>=3.8"],
+    },
+)

@@ -1,0 +1,58 @@
+"""Shared test fixtures: the reference data in ../shared/fixtures and tiny random models."""
+
+import os
+import pathlib
+import sys
+
+import pytest
+import torch
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))  # makes `conversion` importable without installing
+
+from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
+
+
+def fixtures_path():
+    return pathlib.Path(os.environ.get("ELMO_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures"))
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir():
+    """The reference fixtures; skipped when absent, a failure when CI is set."""
+    path = fixtures_path()
+    if not (path / "README.md").is_file():
+        message = f"reference fixtures not found at {path} (set ELMO_FIXTURES to their folder)"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI requires them")
+        pytest.skip(message)
+    return path
+
+
+def tiny_config(**overrides):
+    fields = dict(
+        char_embedding_dim=4,
+        filters=[[1, 4], [2, 8], [3, 8]],
+        num_highway_layers=1,
+        lstm_dim=16,
+        projection_dim=8,
+        num_lstm_layers=2,
+        max_characters_per_token=20,
+    )
+    fields.update(overrides)
+    return ElmoConfig(**fields)
+
+
+def tiny_model(seed=0, **overrides):
+    """A tiny ELMo whose weights are scaled so that every layer's activations are far from zero."""
+    torch.manual_seed(seed)
+    model = ElmoModel(tiny_config(**overrides))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.copy_(torch.randn_like(parameter) * (0.5 if "char_embedding" not in name else 1.0))
+    return model.eval()
+
+
+@pytest.fixture
+def tokenizer():
+    return ElmoTokenizer(max_characters_per_token=20)
