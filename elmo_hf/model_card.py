@@ -76,7 +76,7 @@ def _provenance(report):
     if report is None:
         return "This checkpoint was not written by the converter; no record of its origin was given."
     return (
-        f"Converted from the original bilm-tf release files `{report['source_options']}` and "
+        f"Converted from the bilm-tf files `{report['source_options']}` and "
         f"`{report['source_weights']}` ({report['datasets_converted']} hdf5 datasets) by "
         f"`{report['converter']}` (elmo-hf {report['elmo_hf_version']}), without TensorFlow. Its key table maps "
         "every hdf5 dataset to one parameter and undoes TensorFlow's conventions there: LSTM gates reordered "

@@ -87,3 +87,13 @@ def loopback_hub(tmp_path, monkeypatch):
     finally:
         hub.stop()
     assert not blocked, f"connections to non-loopback addresses: {blocked}"
+
+
+@pytest.fixture
+def loopback_only():
+    """Fails the test if it connects a socket anywhere but the loopback interface (see hub_server.loopback_guard)."""
+    from hub_server import loopback_guard
+
+    with loopback_guard() as blocked:
+        yield
+    assert not blocked, f"connections to non-loopback addresses: {blocked}"

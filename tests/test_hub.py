@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_config, tiny_model
-from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-from hub_server import NonLoopbackConnection, client_prelude, loopback_guard
+from hub_server import NonLoopbackConnection, client_prelude, git_blob_id, loopback_guard
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 from transformers.utils import cached_file
@@ -22,6 +22,8 @@ from transformers.utils import cached_file
 import elmo_hf
 from conversion import convert_all_published, convert_elmo_original_tf_to_hf as converter
 from elmo_hf import ElmoModel, ElmoTokenizer
+
+pytestmark = pytest.mark.usefixtures("loopback_only")
 
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 CODE_FILES = {"configuration_elmo.py", "modeling_elmo.py", "tokenization_elmo.py"}
@@ -114,6 +116,10 @@ def test_push_to_hub_of_model_and_tokenizer_and_a_second_push_updates_the_revisi
     tokenizer.push_to_hub("elmo-org/pushed")
     assert repo_files("elmo-org/pushed") == {".gitattributes", "README.md", "config.json", "model.safetensors",
                                              "tokenizer_config.json"} | CODE_FILES
+
+    metadata = get_hf_file_metadata(hf_hub_url("elmo-org/pushed", "config.json"))
+    assert metadata.commit_hash == HfApi().repo_info("elmo-org/pushed").sha  # X-Repo-Commit
+    assert metadata.etag == git_blob_id(loopback_hub.repo("elmo-org/pushed").resolve("main").files["config.json"])
 
     second_model = tiny_model(seed=1)
     second = second_model.push_to_hub("elmo-org/pushed")

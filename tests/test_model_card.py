@@ -4,12 +4,15 @@ import json
 import pathlib
 import re
 
+import pytest
 import torch
 import yaml
 from conftest import REPO_ROOT, tiny_model
 
 from elmo_hf import ElmoTokenizer
 from elmo_hf.model_card import TEMPLATE_PATH, render_model_card, write_model_card
+
+pytestmark = pytest.mark.usefixtures("loopback_only")
 
 REPORT = {
     "source_options": "elmo_2x4096_512_2048cnn_2xhighway_options.json",
