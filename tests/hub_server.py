@@ -418,10 +418,12 @@ class NonLoopbackConnection(ConnectionError):
 
 @contextlib.contextmanager
 def loopback_guard():
-    """Within the block, connecting any IP socket to a non-loopback address raises `NonLoopbackConnection`.
+    """Within the block, resolving a host name other than localhost or connecting any IP socket to a non-loopback
+    address raises `NonLoopbackConnection`.
     Yields the list of blocked addresses, so that a caller can also fail on attempts a library swallowed."""
     blocked = []
     original_connect, original_connect_ex = socket.socket.connect, socket.socket.connect_ex
+    original_getaddrinfo = socket.getaddrinfo
 
     def check(sock, address):
         if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOOPBACK_HOSTS:
@@ -436,11 +438,18 @@ def loopback_guard():
         check(sock, address)
         return original_connect_ex(sock, address)
 
-    socket.socket.connect, socket.socket.connect_ex = connect, connect_ex
+    def getaddrinfo(host, *args, **kwargs):
+        if host is not None and host not in LOOPBACK_HOSTS:  # not even a DNS query leaves the machine
+            blocked.append((host, args[0] if args else kwargs.get("port")))
+            raise NonLoopbackConnection(f"test tried to resolve {host!r}")
+        return original_getaddrinfo(host, *args, **kwargs)
+
+    socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = connect, connect_ex, getaddrinfo
     try:
         yield blocked
     finally:
         socket.socket.connect, socket.socket.connect_ex = original_connect, original_connect_ex
+        socket.getaddrinfo = original_getaddrinfo
 
 
 def client_prelude(tests_dir):

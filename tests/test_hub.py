@@ -263,6 +263,9 @@ def test_loopback_guard_blocks_other_addresses(tmp_path):
     with loopback_guard() as blocked, pytest.raises(NonLoopbackConnection):
         socket.create_connection(("192.0.2.1", 443), timeout=1)  # TEST-NET-1: never routed
     assert blocked == [("192.0.2.1", 443)]
+    with loopback_guard() as blocked, pytest.raises(NonLoopbackConnection):
+        socket.create_connection(("huggingface.co", 443), timeout=1)
+    assert blocked == [("huggingface.co", 443)]
     result = subprocess.run(
         [sys.executable, "-c", client_prelude(TESTS_DIR) + "import socket\n"
          "try:\n    socket.create_connection(('192.0.2.1', 443), timeout=1)\nexcept ConnectionError:\n    pass\n"],
