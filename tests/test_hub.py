@@ -130,7 +130,8 @@ def test_push_to_hub_of_model_and_tokenizer_and_a_second_push_updates_the_revisi
     assert same_weights(latest, second_model)
     earlier = AutoModel.from_pretrained("elmo-org/pushed", revision=first.oid)
     assert same_weights(earlier, first_model) and not same_weights(earlier, latest)
-    assert isinstance(AutoTokenizer.from_pretrained("elmo-org/pushed"), ElmoTokenizer)
+    loaded_tokenizer = AutoTokenizer.from_pretrained("elmo-org/pushed")
+    assert isinstance(loaded_tokenizer, ElmoTokenizer) and loaded_tokenizer.max_characters_per_token == 20
 
 
 def test_push_to_hub_keeps_the_model_card_of_a_converted_repo(loopback_hub, tmp_path):
