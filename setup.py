@@ -10,6 +10,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["elmo_hf", "elmo_hf.*", "conversion"]),
     include_package_data=True,
+    package_data={"elmo_hf": ["model_card.md"]},  # the model card template (also at the repo root)
     install_requires=[
         "torch>=2.1",
         "transformers>=5.0",

@@ -1,7 +1,7 @@
 """Convert the original (bilm-tf) ELMo files to a Hugging Face checkpoint.
 
     python conversion/convert_elmo_original_tf_to_hf.py --options options.json --weights weights.hdf5 \
-        --output-dir elmo-original
+        --output-dir elmo-original [--push-to-hub org/elmo-original [--private] [--revision BRANCH]]
 
 Every TensorFlow quirk is undone here, in `hdf5_key_table`, one commented line each; the model in
 `elmo_hf/modeling_elmo.py` knows nothing of them. Before anything is written, the converted model's outputs
@@ -19,7 +19,9 @@ from typing import Callable
 import numpy as np
 import torch
 
+import elmo_hf
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
+from elmo_hf.model_card import CONVERSION_REPORT_NAME, write_model_card
 
 VERIFY_SENTENCES = [
     ["The", "original", "ELMo", "reads", "characters", "."],
@@ -232,9 +234,10 @@ def verify_against_reference(model, arrays, config, tokenizer, sentences=VERIFY_
     return worst
 
 
-def convert_hdf5(options_path, weights_path, output_dir=None):
-    """Convert options.json + weights.hdf5; verify; save to `output_dir` when given. Returns (model, tokenizer,
-    report dict)."""
+def convert_hdf5(options_path, weights_path, output_dir=None, card_options=None):
+    """Convert options.json + weights.hdf5; verify; save to `output_dir` when given, with a model card made by
+    `write_model_card(output_dir, model, **card_options)` (`card_options` defaults to loading from
+    `output_dir`). Returns (model, tokenizer, report dict)."""
     config = ElmoConfig.from_options_json(options_path)
     arrays = read_hdf5_weights(weights_path)
     state_dict = convert_weights(arrays, config, hdf5_key_table(config), source_name=str(weights_path))
@@ -246,17 +249,50 @@ def convert_hdf5(options_path, weights_path, output_dir=None):
         "source_weights": os.path.basename(str(weights_path)),
         "datasets_converted": len(arrays),
         "verification_max_abs_difference": max_difference,
+        "verification_sentences": len(VERIFY_SENTENCES),
+        "verification_atol": VERIFY_ATOL,
+        "converter": "conversion/convert_elmo_original_tf_to_hf.py",
+        "elmo_hf_version": elmo_hf.__version__,
     }
     if output_dir is not None:
         save(model, tokenizer, output_dir, report)
+        write_model_card(output_dir, model, **(card_options or {"repo_id": str(output_dir)}))
     return model, tokenizer, report
 
 
 def save(model, tokenizer, output_dir, report):
     model.save_pretrained(output_dir)  # config.json, model.safetensors and the modeling code
     tokenizer.save_pretrained(output_dir)
-    with open(os.path.join(output_dir, "conversion_report.json"), "w", encoding="utf-8") as report_file:
+    with open(os.path.join(output_dir, CONVERSION_REPORT_NAME), "w", encoding="utf-8") as report_file:
         json.dump(report, report_file, indent=2)
+
+
+def push_to_hub(output_dir, repo_id, private=None, revision=None):
+    """Upload the converted checkpoint folder to the Hub repo `repo_id` (created when missing) in one commit,
+    on branch `revision` (created from main when missing). Returns the huggingface_hub `CommitInfo`."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    if revision is not None:
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    with open(os.path.join(output_dir, CONVERSION_REPORT_NAME), encoding="utf-8") as report_file:
+        source = json.load(report_file)["source_weights"]
+    return api.upload_folder(
+        repo_id=repo_id, folder_path=output_dir, revision=revision, commit_message=f"Convert {source} with elmo-hf"
+    )
+
+
+def check_repo_id(repo_id):
+    """`repo_id` must name its namespace: the model card's usage code loads it by this exact name."""
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ValueError(f"--push-to-hub takes a repo id of the form namespace/name, got {repo_id!r}")
+    return repo_id
+
+
+def add_hub_arguments(parser):
+    parser.add_argument("--private", action="store_true", help="create the Hub repo private (when it is new)")
+    parser.add_argument("--revision", help="Hub branch to push to (created when missing); default: main")
 
 
 def main(argv=None):
@@ -264,13 +300,20 @@ def main(argv=None):
     parser.add_argument("--options", required=True, help="bilm-tf options.json")
     parser.add_argument("--weights", required=True, help="bilm-tf weights .hdf5 (the published format)")
     parser.add_argument("--output-dir", required=True, help="where to write the Hugging Face checkpoint")
+    parser.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload the checkpoint to this Hub repo")
+    add_hub_arguments(parser)
     args = parser.parse_args(argv)
-    _, _, report = convert_hdf5(args.options, args.weights, args.output_dir)
+    repo_id = check_repo_id(args.push_to_hub) if args.push_to_hub else None
+    card_options = {"repo_id": repo_id or args.output_dir, "revision": args.revision if repo_id else None}
+    _, _, report = convert_hdf5(args.options, args.weights, args.output_dir, card_options)
     print(
         f"converted {report['datasets_converted']} datasets; outputs match bilm-tf's arithmetic to "
         f"{report['verification_max_abs_difference']:.2e}; saved to {args.output_dir}",
         file=sys.stderr,
     )
+    if repo_id is not None:
+        commit = push_to_hub(args.output_dir, repo_id, private=args.private or None, revision=args.revision)
+        print(f"pushed to {repo_id}: {commit.commit_url}", file=sys.stderr)
 
 
 if __name__ == "__main__":

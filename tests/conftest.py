@@ -56,3 +56,44 @@ def tiny_model(seed=0, **overrides):
 @pytest.fixture
 def tokenizer():
     return ElmoTokenizer(max_characters_per_token=20)
+
+
+@pytest.fixture
+def loopback_hub(tmp_path, monkeypatch):
+    """A Hugging Face Hub served on 127.0.0.1 by `hub_server.LoopbackHub`, for the duration of one test.
+
+    huggingface_hub reads `HF_ENDPOINT` and the cache paths when it is imported, so besides the environment
+    (which child processes inherit, see `LoopbackHub.client_env`) the already imported constants are patched.
+    Caches live under `tmp_path`. Connecting to any address other than the loopback interface fails the test.
+    """
+    import transformers.utils.hub
+    from huggingface_hub import constants
+    from hub_server import LoopbackHub, loopback_guard
+
+    hub = LoopbackHub().start()
+    env = hub.client_env(tmp_path / "hf_home")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(constants, "HF_HOME", env["HF_HOME"])
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", env["HF_HUB_CACHE"])
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    monkeypatch.setattr(transformers.utils.hub, "_hf_api", None)  # its HfApi caches the endpoint it was made with
+    try:
+        with loopback_guard() as blocked:
+            yield hub
+    finally:
+        hub.stop()
+    assert not blocked, f"connections to non-loopback addresses: {blocked}"
+
+
+@pytest.fixture
+def loopback_only():
+    """Fails the test if it connects a socket anywhere but the loopback interface (see hub_server.loopback_guard)."""
+    from hub_server import loopback_guard
+
+    with loopback_guard() as blocked:
+        yield
+    assert not blocked, f"connections to non-loopback addresses: {blocked}"
