@@ -40,9 +40,9 @@ class ElmoConfig(PreTrainedConfig):
         initializer_range (float, defaults to 0.02): std of the normal init of newly created linear layers.
         vocab_size (int, defaults to 0): size of the word vocabulary predicted by [`ElmoForPreTraining`]'s
             softmax; 0 means the model has no softmax (the published hdf5 files have none).
-        num_sampled_negatives (int, defaults to 8192, as the original): negatives drawn per batch and direction
-            by the sampled softmax used in training when `0 < num_sampled_negatives < vocab_size`; 0 trains
-            with the full softmax. Evaluation always uses the full softmax.
+        num_sampled_negatives (int, defaults to 8192, as the original): distinct negatives drawn per batch and
+            direction by the sampled softmax used in training; at most `vocab_size` (which samples every class and
+            equals the full softmax); 0 trains with the full softmax. Evaluation always uses the full softmax.
     """
 
     model_type = "elmo"

@@ -473,8 +473,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     The ELMo biLM with its language-model softmax: one softmax (`lm_head`, weight `(vocab_size, projection_dim)`
     and bias) shared by both directions. The forward direction predicts the next word from the top forward state,
     the backward direction the previous word from the top backward state; `loss = (forward_loss + backward_loss)
-    / 2`. In training mode with `0 < config.num_sampled_negatives < config.vocab_size` the losses use a sampled
-    softmax (log-uniform negatives, see [`ElmoLogUniformSampler`]); in eval mode always the full softmax.
+    / 2`. In training mode with `config.num_sampled_negatives > 0` the losses use a sampled softmax (log-uniform
+    negatives, see [`ElmoLogUniformSampler`]); in eval mode always the full softmax.
     """
 
     def __init__(self, config):

@@ -211,9 +211,12 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=1, help="rows (bilm-tf) or sentences per batch")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    sentences = read_sentences(args.text)
-    model, tokenizer = load(args.model)
-    result = evaluate_perplexity(model, tokenizer, sentences, args.protocol, args.batch_size, show_progress=True)
+    try:
+        sentences = read_sentences(args.text)
+        model, tokenizer = load(args.model)
+        result = evaluate_perplexity(model, tokenizer, sentences, args.protocol, args.batch_size, show_progress=True)
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     if args.json:
         print(json.dumps(result))
     else:

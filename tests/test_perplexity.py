@@ -159,6 +159,14 @@ def test_a_text_without_words_is_an_error(tmp_path, content):
         evaluate_perplexity.read_sentences(path)
 
 
+def test_cli_reports_an_empty_text_without_a_traceback(tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate_perplexity.main(["--model", str(tmp_path / "unused"), "--text", str(tmp_path / "empty.txt")])
+    assert exit_info.value.code == 2
+    assert "error: " + str(tmp_path / "empty.txt") + " holds no words" in capsys.readouterr().err
+
+
 def test_a_text_too_short_for_the_batch_is_an_error(lm, lm_tokenizer):
     with pytest.raises(ValueError, match="too short for --batch-size 3 under the bilm-tf protocol"):
         evaluate_perplexity.evaluate_perplexity(lm, lm_tokenizer, [["the"], ["cat"]], "bilm-tf", 3)

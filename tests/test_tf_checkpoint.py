@@ -107,3 +107,28 @@ def _write_checkpoint_without(source_prefix, target_prefix, dropped, extra=None)
     arrays = {name: array for name, array in read_tf_checkpoint(str(source_prefix)).items() if name not in dropped}
     arrays.update(extra or {})
     write_tf_checkpoint(str(target_prefix), arrays)
+
+
+def test_single_layer_checkpoint_without_multi_rnn_cell_scope(converted, checkpoint_dir, tmp_path):
+    # bilm-tf builds no MultiRNNCell for one layer: its names lack "multi_rnn_cell/cell_0/".
+    arrays = read_tf_checkpoint(str(checkpoint_dir / "model.ckpt-60"))
+    single = {
+        name.replace("multi_rnn_cell/cell_0/", ""): array for name, array in arrays.items() if "/cell_1/" not in name
+    }
+    write_tf_checkpoint(str(tmp_path / "model.ckpt-1"), single)
+    options = json.loads((checkpoint_dir / "options.json").read_text())
+    options["lstm"]["n_layers"] = 1
+    (tmp_path / "options.json").write_text(json.dumps(options))
+    model, _, _ = convert_tf_checkpoint(tmp_path / "model.ckpt-1", tmp_path / "options.json", checkpoint_dir / "vocab.txt")
+    two_layers = converted[0]
+    assert model.config.num_lstm_layers == 1
+    assert torch.equal(model.elmo.encoder.layers[0].input_weight, two_layers.elmo.encoder.layers[0].input_weight)
+
+
+def test_vocab_must_match_the_softmax(checkpoint_dir, tmp_path):
+    with pytest.raises(ValueError, match="the checkpoint has a softmax over 32 words: give --vocab"):
+        convert_tf_checkpoint(checkpoint_dir / "model.ckpt-60", checkpoint_dir / "options.json")
+    short = tmp_path / "vocab.txt"
+    short.write_text("<S>\n</S>\n<UNK>\nthe\n")
+    with pytest.raises(ValueError, match="vocab.txt has 4 words but the checkpoint's softmax has 32"):
+        convert_tf_checkpoint(checkpoint_dir / "model.ckpt-60", checkpoint_dir / "options.json", short)
