@@ -170,3 +170,18 @@ def test_cli_reports_an_empty_text_without_a_traceback(tmp_path, capsys):
 def test_a_text_too_short_for_the_batch_is_an_error(lm, lm_tokenizer):
     with pytest.raises(ValueError, match="too short for --batch-size 3 under the bilm-tf protocol"):
         evaluate_perplexity.evaluate_perplexity(lm, lm_tokenizer, [["the"], ["cat"]], "bilm-tf", 3)
+
+
+def test_converted_checkpoint_on_its_training_corpus(fixtures_dir):
+    from conversion.convert_elmo_original_tf_to_hf import convert_tf_checkpoint
+
+    checkpoint = fixtures_dir / "tiny_char_bilm_ckpt"
+    model, tokenizer, _ = convert_tf_checkpoint(
+        checkpoint / "model.ckpt-60", checkpoint / "options.json", checkpoint / "vocab.txt"
+    )
+    sentences = evaluate_perplexity.read_sentences(fixtures_dir / "train_corpus" / "data.txt")
+    # bilm-tf trained this checkpoint with 2 rows; 5 sentences, 134 words -> 139 targets, 110 in full batches.
+    result = evaluate_perplexity.evaluate_perplexity(model, tokenizer, sentences, "bilm-tf", 2)
+    expected = reference_bilm_tf(model, tokenizer, sentences, 2)
+    assert result["targets_per_direction"] == expected[3] == 110
+    assert _as_tuple(result)[:3] == pytest.approx(expected[:3], rel=1e-5)
