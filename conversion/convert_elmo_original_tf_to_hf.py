@@ -3,15 +3,21 @@
     python conversion/convert_elmo_original_tf_to_hf.py --options options.json --weights weights.hdf5 \
         --output-dir elmo-original [--push-to-hub org/elmo-original [--private] [--revision BRANCH]]
 
+    python conversion/convert_elmo_original_tf_to_hf.py --tf-checkpoint model.ckpt-60 --options options.json \
+        --vocab vocab.txt --output-dir elmo-lm
+
 Every TensorFlow quirk is undone here, in `hdf5_key_table`, one commented line each; the model in
-`elmo_hf/modeling_elmo.py` knows nothing of them. Before anything is written, the converted model's outputs
-are compared with a NumPy re-implementation of bilm-tf's own arithmetic run on the untouched source arrays.
-TensorFlow is not needed.
+`elmo_hf/modeling_elmo.py` knows nothing of them. A bilm-tf training checkpoint (softmax included) is read
+without TensorFlow (`tf_checkpoint_reader.py`), its variable names are mapped onto the hdf5 names by
+`CHECKPOINT_TO_HDF5_NAMES`, and it then goes through the same table. Before anything is written, the converted
+model's outputs are compared with a NumPy re-implementation of bilm-tf's own arithmetic run on the untouched
+source arrays. TensorFlow is not needed.
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -20,8 +26,13 @@ import numpy as np
 import torch
 
 import elmo_hf
-from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
+from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from elmo_hf.model_card import CONVERSION_REPORT_NAME, write_model_card
+
+try:  # run as a script (conversion/ on sys.path) or imported as the `conversion` package
+    from tf_checkpoint_reader import read_tf_checkpoint
+except ImportError:
+    from conversion.tf_checkpoint_reader import read_tf_checkpoint
 
 VERIFY_SENTENCES = [
     ["The", "original", "ELMo", "reads", "characters", "."],
@@ -295,15 +306,129 @@ def add_hub_arguments(parser):
     parser.add_argument("--revision", help="Hub branch to push to (created when missing); default: main")
 
 
+# ---- bilm-tf training checkpoints (TF 1.x variable names) ----
+
+# Checkpoint variable name (regex) -> hdf5 dataset name, as bilm-tf's `dump_weights` renames them.
+CHECKPOINT_TO_HDF5_NAMES = [
+    # The character embedding keeps its 261 rows; hdf5_key_table adds the padding row.
+    (r"lm/char_embed", r"char_embed"),
+    # CNN filters, highway and projection only lose the "lm/" scope.
+    (r"lm/(CNN/[Wb]_cnn_\d+)", r"\1"),
+    (r"lm/(CNN_high_\d+/[Wb]_(?:carry|transform))", r"\1"),
+    (r"lm/(CNN_proj/[Wb]_proj)", r"\1"),
+    # LSTM (RNN_0 forward, RNN_1 backward); with one layer bilm-tf has no MultiRNNCell, so no "cell_k/" scope.
+    (r"lm/RNN_([01])/rnn/multi_rnn_cell/cell_(\d+)/lstm_cell/kernel", r"RNN_\1/RNN/MultiRNNCell/Cell\2/LSTMCell/W_0"),
+    (r"lm/RNN_([01])/rnn/multi_rnn_cell/cell_(\d+)/lstm_cell/bias", r"RNN_\1/RNN/MultiRNNCell/Cell\2/LSTMCell/B"),
+    (r"lm/RNN_([01])/rnn/multi_rnn_cell/cell_(\d+)/lstm_cell/projection/kernel",
+     r"RNN_\1/RNN/MultiRNNCell/Cell\2/LSTMCell/W_P_0"),
+    (r"lm/RNN_([01])/rnn/lstm_cell/kernel", r"RNN_\1/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"),
+    (r"lm/RNN_([01])/rnn/lstm_cell/bias", r"RNN_\1/RNN/MultiRNNCell/Cell0/LSTMCell/B"),
+    (r"lm/RNN_([01])/rnn/lstm_cell/projection/kernel", r"RNN_\1/RNN/MultiRNNCell/Cell0/LSTMCell/W_P_0"),
+]
+# The softmax is only in the checkpoint: W (vocab, projection_dim) is nn.Linear's (out, in) layout already.
+CHECKPOINT_SOFTMAX = {"lm/softmax/W": "lm_head.weight", "lm/softmax/b": "lm_head.bias"}
+# Skipped on purpose: Adagrad accumulators (optimizer state), the step counter, and bilm-tf's
+# `train_perplexity`, a scalar it creates only to feed a TensorBoard summary (never read by the model).
+CHECKPOINT_SKIPPED = re.compile(r".*/Adagrad|global_step|train_perplexity")
+
+
+def split_checkpoint_arrays(arrays, source_name):
+    """Sort checkpoint arrays into (hdf5-named biLM arrays, softmax arrays by parameter name); any variable
+    that is neither known nor skipped on purpose is an error."""
+    bilm, softmax, unknown = {}, {}, []
+    for name, array in arrays.items():
+        if CHECKPOINT_SKIPPED.fullmatch(name):
+            continue
+        if name in CHECKPOINT_SOFTMAX:
+            softmax[CHECKPOINT_SOFTMAX[name]] = array
+            continue
+        for pattern, replacement in CHECKPOINT_TO_HDF5_NAMES:
+            if re.fullmatch(pattern, name):
+                bilm[re.sub(pattern, replacement, name)] = array
+                break
+        else:
+            unknown.append(name)
+    if unknown:
+        raise ValueError(f"{source_name}: variables not used by this converter: {sorted(unknown)}")
+    if len(softmax) == 1:
+        raise ValueError(f"{source_name}: the softmax is incomplete, it has only {sorted(softmax)}")
+    return bilm, softmax
+
+
+def convert_tf_checkpoint(checkpoint_prefix, options_path, vocab_path=None, output_dir=None):
+    """Convert a bilm-tf training checkpoint (+ options.json, + vocab.txt when it has a softmax) to an
+    `ElmoForPreTraining`, or to an `ElmoModel` when the checkpoint has no softmax. Verifies before saving.
+    Returns (model, tokenizer, report dict)."""
+    with open(options_path, encoding="utf-8") as options_file:
+        options = json.load(options_file)
+    arrays = read_tf_checkpoint(str(checkpoint_prefix))
+    bilm_arrays, softmax = split_checkpoint_arrays(arrays, str(checkpoint_prefix))
+    config_fields = {}
+    if softmax:
+        vocab_size = softmax["lm_head.weight"].shape[0]
+        if vocab_path is None:
+            raise ValueError(f"{checkpoint_prefix}: the checkpoint has a softmax over {vocab_size} words: give --vocab")
+        tokenizer_vocab = len(ElmoTokenizer(vocab_file=vocab_path).word_vocab)
+        if tokenizer_vocab != vocab_size:
+            raise ValueError(f"{vocab_path} has {tokenizer_vocab} words but the checkpoint's softmax has {vocab_size}")
+        config_fields = dict(vocab_size=vocab_size, num_sampled_negatives=options.get("n_negative_samples_batch", 0))
+    else:
+        print(
+            f"{checkpoint_prefix} has no softmax (lm/softmax/W): converting the biLM only, to ElmoModel",
+            file=sys.stderr,
+        )
+    config = ElmoConfig.from_options_json(options, **config_fields)
+    state_dict = convert_weights(bilm_arrays, config, hdf5_key_table(config), source_name=str(checkpoint_prefix))
+    elmo = build_model(config, state_dict)
+    tokenizer = ElmoTokenizer(
+        max_characters_per_token=config.max_characters_per_token, vocab_file=vocab_path if softmax else None
+    )
+    max_difference = verify_against_reference(elmo, bilm_arrays, config, tokenizer)
+    model = elmo
+    if softmax:
+        model = ElmoForPreTraining(config)
+        model.elmo.load_state_dict(state_dict, strict=True)
+        head = {name.split(".")[1]: torch.from_numpy(value.astype(np.float32)) for name, value in softmax.items()}
+        model.lm_head.load_state_dict(head, strict=True)
+        model.eval()
+    report = {
+        "source_checkpoint": os.path.basename(str(checkpoint_prefix)),
+        "source_options": os.path.basename(str(options_path)),
+        "variables_converted": len(bilm_arrays) + len(softmax),
+        "variables_skipped": len(arrays) - len(bilm_arrays) - len(softmax),
+        "model_class": type(model).__name__,
+        "verification_max_abs_difference": max_difference,
+    }
+    if output_dir is not None:
+        save(model, tokenizer, output_dir, report)
+    return model, tokenizer, report
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--options", required=True, help="bilm-tf options.json")
-    parser.add_argument("--weights", required=True, help="bilm-tf weights .hdf5 (the published format)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", help="bilm-tf weights .hdf5 (the published format)")
+    source.add_argument("--tf-checkpoint", help="bilm-tf training checkpoint prefix (e.g. model.ckpt-60)")
+    parser.add_argument("--vocab", help="bilm-tf vocab.txt (with --tf-checkpoint, for the softmax)")
     parser.add_argument("--output-dir", required=True, help="where to write the Hugging Face checkpoint")
     parser.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload the checkpoint to this Hub repo")
     add_hub_arguments(parser)
     args = parser.parse_args(argv)
     repo_id = check_repo_id(args.push_to_hub) if args.push_to_hub else None
+    if args.tf_checkpoint is not None:
+        if repo_id is not None:
+            parser.error("--push-to-hub is supported for --weights conversions only (the model card describes hdf5 sources)")
+        _, _, report = convert_tf_checkpoint(args.tf_checkpoint, args.options, args.vocab, args.output_dir)
+        print(
+            f"converted {report['variables_converted']} variables to {report['model_class']} "
+            f"({report['variables_skipped']} optimizer/bookkeeping variables skipped); outputs match bilm-tf's "
+            f"arithmetic to {report['verification_max_abs_difference']:.2e}; saved to {args.output_dir}",
+            file=sys.stderr,
+        )
+        return
+    if args.vocab is not None:
+        parser.error("--vocab only applies to --tf-checkpoint (hdf5 files have no softmax)")
     card_options = {"repo_id": repo_id or args.output_dir, "revision": args.revision if repo_id else None}
     _, _, report = convert_hdf5(args.options, args.weights, args.output_dir, card_options)
     print(

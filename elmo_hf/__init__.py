@@ -4,10 +4,16 @@ Importing this package registers the ELMo classes with the transformers Auto cla
 `save_pretrained` also writes their code (`trust_remote_code=True` then works without this package).
 """
 
-from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoTokenizer
 
 from .configuration_elmo import ElmoConfig
-from .modeling_elmo import ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
+from .modeling_elmo import (
+    ElmoForPreTraining,
+    ElmoForPreTrainingOutput,
+    ElmoModel,
+    ElmoModelOutput,
+    ElmoPreTrainedModel,
+)
 from .tokenization_elmo import ElmoTokenizer
 
 __version__ = "0.1.0"
@@ -15,9 +21,19 @@ __version__ = "0.1.0"
 AutoConfig.register(ElmoConfig.model_type, ElmoConfig, exist_ok=True)
 AutoModel.register(ElmoConfig, ElmoModel, exist_ok=True)
 AutoTokenizer.register(ElmoConfig, ElmoTokenizer, exist_ok=True)
+AutoModelForPreTraining.register(ElmoConfig, ElmoForPreTraining, exist_ok=True)
 
 ElmoConfig.register_for_auto_class()
 ElmoModel.register_for_auto_class("AutoModel")
 ElmoTokenizer.register_for_auto_class("AutoTokenizer")
+ElmoForPreTraining.register_for_auto_class("AutoModelForPreTraining")
 
-__all__ = ["ElmoConfig", "ElmoModel", "ElmoModelOutput", "ElmoPreTrainedModel", "ElmoTokenizer"]
+__all__ = [
+    "ElmoConfig",
+    "ElmoModel",
+    "ElmoModelOutput",
+    "ElmoPreTrainedModel",
+    "ElmoTokenizer",
+    "ElmoForPreTraining",
+    "ElmoForPreTrainingOutput",
+]

@@ -38,6 +38,11 @@ class ElmoConfig(PreTrainedConfig):
         use_skip_connections (bool, defaults to True): LSTM layers after the first add their input to
             their output.
         initializer_range (float, defaults to 0.02): std of the normal init of newly created linear layers.
+        vocab_size (int, defaults to 0): size of the word vocabulary predicted by [`ElmoForPreTraining`]'s
+            softmax; 0 means the model has no softmax (the published hdf5 files have none).
+        num_sampled_negatives (int, defaults to 8192, as the original): distinct negatives drawn per batch and
+            direction by the sampled softmax used in training; at most `vocab_size` (which samples every class and
+            equals the full softmax); 0 trains with the full softmax. Evaluation always uses the full softmax.
     """
 
     model_type = "elmo"
@@ -57,6 +62,8 @@ class ElmoConfig(PreTrainedConfig):
         proj_clip=3.0,
         use_skip_connections=True,
         initializer_range=0.02,
+        vocab_size=0,
+        num_sampled_negatives=8192,
         **kwargs,
     ):
         self.char_embedding_dim = _positive_int("char_embedding_dim", char_embedding_dim)
@@ -91,6 +98,13 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"use_skip_connections must be a bool, got {use_skip_connections!r}")
         self.use_skip_connections = use_skip_connections
         self.initializer_range = initializer_range
+        self.vocab_size = _non_negative_int("vocab_size", 0 if vocab_size is None else vocab_size)
+        self.num_sampled_negatives = _non_negative_int("num_sampled_negatives", num_sampled_negatives)
+        if self.vocab_size and self.num_sampled_negatives > self.vocab_size:
+            raise ValueError(
+                f"num_sampled_negatives must be at most vocab_size ({self.vocab_size}) (0 trains with the full "
+                f"softmax), got {num_sampled_negatives!r}"
+            )
         # Derived: every layer's output is [forward; backward].
         self.hidden_size = 2 * self.projection_dim
         self.num_filters = sum(count for _, count in self.filters)

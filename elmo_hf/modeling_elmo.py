@@ -373,4 +373,221 @@ class ElmoModel(ElmoPreTrainedModel):
         return mask
 
 
-__all__ = ["ElmoModel", "ElmoPreTrainedModel", "ElmoModelOutput"]
+@dataclass
+class ElmoForPreTrainingOutput(ModelOutput):
+    r"""
+    Outputs of [`ElmoForPreTraining`]. W counts the words of the input, sentence boundaries included; V is
+    `config.vocab_size`.
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, returned when `labels` are given):
+            `(forward_loss + backward_loss) / 2`.
+        forward_loss (`torch.FloatTensor` of shape `()`, returned when `labels` are given): mean negative
+            log-likelihood of every next word (the full softmax in eval mode, the sampled one in training).
+        backward_loss (`torch.FloatTensor` of shape `()`, returned when `labels` are given): the same for every
+            previous word.
+        forward_logits (`torch.FloatTensor` of shape `(batch, W, V)`, returned when `return_logits=True`):
+            position t scores the word at t + 1 from the top forward state at t.
+        backward_logits (`torch.FloatTensor` of shape `(batch, W, V)`, returned when `return_logits=True`):
+            position t scores the word at t - 1 from the top backward state at t.
+        last_hidden_state (`torch.FloatTensor` of shape `(batch, W, 2 * projection_dim)`): as in [`ElmoModelOutput`].
+        lstm_states (tuple of two `torch.FloatTensor`s): as in [`ElmoModelOutput`], to continue each row.
+    """
+
+    loss: torch.FloatTensor | None = None
+    forward_loss: torch.FloatTensor | None = None
+    backward_loss: torch.FloatTensor | None = None
+    forward_logits: torch.FloatTensor | None = None
+    backward_logits: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+    lstm_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+
+
+class ElmoLogUniformSampler:
+    r"""
+    Draws softmax negatives from the log-uniform (Zipfian) distribution over a vocabulary sorted by decreasing
+    frequency, `P(k) = log((k + 2) / (k + 1)) / log(V + 1)`, without repeats, and reports each candidate's expected
+    count as TensorFlow's `log_uniform_candidate_sampler(unique=True)` defines it: after `tries` draws,
+    `1 - (1 - P(k)) ** tries`. Drawing all V classes includes each with probability 1 (expected count 1).
+
+    Args:
+        vocab_size (int): V.
+    """
+
+    def __init__(self, vocab_size):
+        self.vocab_size = vocab_size
+        ids = torch.arange(vocab_size, dtype=torch.float64)
+        self.log_probabilities = torch.log(torch.log1p(1.0 / (ids + 1.0)) / math.log(vocab_size + 1.0))  # (V,)
+
+    def sample(self, num_sampled, generator=None):
+        """Returns `num_sampled` distinct class ids `(num_sampled,)` and the number of draws it took."""
+        if num_sampled == self.vocab_size:
+            return torch.arange(self.vocab_size), None
+        draws = torch.empty(0, dtype=torch.long)
+        while True:
+            uniform = torch.rand(2 * num_sampled, dtype=torch.float64, generator=generator)
+            # Inverse CDF of the log-uniform distribution: floor((V + 1) ** u) - 1.
+            new = (torch.exp(uniform * math.log(self.vocab_size + 1.0)).floor().long() - 1).clamp(0, self.vocab_size - 1)
+            draws = torch.cat([draws, new])
+            values, inverse = torch.unique(draws, return_inverse=True)
+            if len(values) >= num_sampled:
+                break
+        # First draw of each distinct value, in drawing order; the num_sampled-th one ends the sampling.
+        positions = torch.arange(len(draws))
+        first_draw = torch.full((len(values),), len(draws)).scatter_reduce(0, inverse, positions, reduce="amin")
+        first_draw = first_draw.sort().values[:num_sampled]
+        return draws[first_draw], int(first_draw[-1]) + 1
+
+    def log_expected_counts(self, ids, tries):
+        """log of the expected count of each class in `ids` (any shape) after `tries` draws (None: all drawn)."""
+        if tries is None:
+            return torch.zeros(ids.shape, dtype=torch.float64)
+        # 1 - (1 - p) ** tries, computed as -expm1(tries * log1p(-p)) to stay exact for tiny p.
+        return torch.log(-torch.expm1(tries * torch.log1p(-torch.exp(self.log_probabilities[ids]))))
+
+
+def elmo_sampled_softmax_loss(hidden, targets, weight, bias, sampled, log_expected_targets, log_expected_sampled):
+    r"""
+    Sampled softmax cross-entropy, as TensorFlow's `sampled_softmax_loss` with `remove_accidental_hits=True`:
+    each logit is lowered by the log of its class's expected count, and a negative equal to the row's target is
+    removed.
+
+    Args:
+        hidden (`(N, projection_dim)`): the states predicting the targets.
+        targets (`(N,)`): target class ids.
+        weight (`(V, projection_dim)`), bias (`(V,)`): the softmax.
+        sampled (`(S,)`): negative class ids shared by all rows.
+        log_expected_targets (`(N,)`), log_expected_sampled (`(S,)`): log expected counts of the classes.
+
+    Returns:
+        the mean loss over the N rows, a scalar.
+    """
+    target_logits = (hidden * weight[targets]).sum(-1) + bias[targets] - log_expected_targets  # (N,)
+    sampled_logits = hidden @ weight[sampled].T + bias[sampled] - log_expected_sampled  # (N, S)
+    accidental_hits = targets.unsqueeze(1) == sampled.unsqueeze(0)  # (N, S)
+    sampled_logits = sampled_logits.masked_fill(accidental_hits, torch.finfo(sampled_logits.dtype).min)
+    logits = torch.cat([target_logits.unsqueeze(1), sampled_logits], dim=1)  # (N, 1 + S), target in column 0
+    return F.cross_entropy(logits, targets.new_zeros(len(targets)))
+
+
+class ElmoForPreTraining(ElmoPreTrainedModel):
+    r"""
+    The ELMo biLM with its language-model softmax: one softmax (`lm_head`, weight `(vocab_size, projection_dim)`
+    and bias) shared by both directions. The forward direction predicts the next word from the top forward state,
+    the backward direction the previous word from the top backward state; `loss = (forward_loss + backward_loss)
+    / 2`. In training mode with `config.num_sampled_negatives > 0` the losses use a sampled softmax (log-uniform
+    negatives, see [`ElmoLogUniformSampler`]); in eval mode always the full softmax.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        if not config.vocab_size:
+            raise ValueError("ElmoForPreTraining needs config.vocab_size > 0 (the size of the word vocabulary), got 0")
+        self.elmo = ElmoModel(config)
+        self.lm_head = nn.Linear(config.projection_dim, config.vocab_size)
+        self.sampler = ElmoLogUniformSampler(config.vocab_size)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        labels=None,
+        lstm_states=None,
+        return_logits=False,
+        return_dict=None,
+        **kwargs,
+    ):
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, W, max_characters_per_token)`): character ids from
+                [`ElmoTokenizer`], sentence boundaries included.
+            attention_mask (`torch.LongTensor` of shape `(batch, W)`, optional): 1 for words, 0 for right padding.
+            labels (`torch.LongTensor` of shape `(batch, W)`, optional): the word id (in `[0, vocab_size)`) of the
+                word AT each position, `<S>`/`</S>` included, -100 where there is none (padding); the tokenizer's
+                `word_labels` when it has a vocabulary. The forward target at position t is `labels[:, t + 1]`,
+                the backward target at t is `labels[:, t - 1]`; targets equal to -100 are not counted.
+            lstm_states (tuple `(cell, hidden)`, optional): continue each row from this LSTM state.
+            return_logits (bool, defaults to False): also return `forward_logits` and `backward_logits`
+                (`(batch, W, vocab_size)` each, large for big vocabularies).
+            return_dict (bool, optional): return an [`ElmoForPreTrainingOutput`] (default) or a tuple.
+
+        Returns:
+            [`ElmoForPreTrainingOutput`].
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.elmo(input_ids, attention_mask=attention_mask, lstm_states=lstm_states, return_dict=True)
+        top = outputs.last_hidden_state  # (batch, W, 2 * projection_dim)
+        forward_states, backward_states = top.split(self.config.projection_dim, dim=-1)  # each (batch, W, proj)
+
+        loss = forward_loss = backward_loss = None
+        if labels is not None:
+            if tuple(labels.shape) != tuple(top.shape[:2]):
+                raise ValueError(
+                    f"labels must have shape {tuple(top.shape[:2])} (batch, words), got {tuple(labels.shape)}"
+                )
+            bad = (labels != -100) & ((labels < 0) | (labels >= self.config.vocab_size))
+            if bad.any():
+                raise ValueError(
+                    f"labels must be word ids in [0, {self.config.vocab_size}) or -100, got {int(labels[bad][0])}"
+                )
+            words = attention_mask.bool() if attention_mask is not None else (input_ids > 0).any(dim=-1)  # (batch, W)
+            # Forward: the state at t predicts labels[t + 1]; backward: the state at t + 1 predicts labels[t].
+            # A target counts only when the predicting position is a word (padded states are 0).
+            forward_targets = labels[:, 1:].masked_fill(~words[:, :-1], -100)  # (batch, W - 1)
+            backward_targets = labels[:, :-1].masked_fill(~words[:, 1:], -100)  # (batch, W - 1)
+            forward_loss = self._direction_loss(forward_states[:, :-1], forward_targets)
+            backward_loss = self._direction_loss(backward_states[:, 1:], backward_targets)
+            loss = (forward_loss + backward_loss) / 2
+
+        output = ElmoForPreTrainingOutput(
+            loss=loss,
+            forward_loss=forward_loss,
+            backward_loss=backward_loss,
+            forward_logits=self.lm_head(forward_states) if return_logits else None,  # (batch, W, V)
+            backward_logits=self.lm_head(backward_states) if return_logits else None,  # (batch, W, V)
+            last_hidden_state=top,
+            lstm_states=outputs.lstm_states,
+        )
+        return output if return_dict else output.to_tuple()
+
+    def _init_weights(self, module):
+        if module is self.lm_head:
+            # bilm-tf's softmax init: normal with std 1 / sqrt(projection_dim), zero bias.
+            init.normal_(module.weight, 0.0, 1.0 / math.sqrt(self.config.projection_dim))
+            init.zeros_(module.bias)
+        else:
+            super()._init_weights(module)
+
+    def _direction_loss(self, states, targets):
+        """Mean loss of `states` (batch, T, proj) predicting `targets` (batch, T), -100 not counted."""
+        counted = targets != -100  # (batch, T)
+        if not counted.any():
+            raise ValueError("labels hold no target: every word to predict is -100")
+        hidden, targets = states[counted], targets[counted]  # (N, proj), (N,)
+        num_sampled = self.config.num_sampled_negatives
+        if not self.training or num_sampled == 0:
+            return F.cross_entropy(self.lm_head(hidden), targets)
+        sampled, tries = self.sampler.sample(num_sampled)
+        log_expected = self.sampler.log_expected_counts(torch.cat([targets.cpu(), sampled]), tries)
+        log_expected = log_expected.to(hidden)  # (N + S,)
+        return elmo_sampled_softmax_loss(
+            hidden,
+            targets,
+            self.lm_head.weight,
+            self.lm_head.bias,
+            sampled.to(targets.device),
+            log_expected[: len(targets)],
+            log_expected[len(targets) :],
+        )
+
+
+__all__ = [
+    "ElmoModel",
+    "ElmoPreTrainedModel",
+    "ElmoModelOutput",
+    "ElmoForPreTraining",
+    "ElmoForPreTrainingOutput",
+    "ElmoLogUniformSampler",
+    "elmo_sampled_softmax_loss",
+]

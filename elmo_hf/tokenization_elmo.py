@@ -1,6 +1,7 @@
 """ELMo's character-level tokenizer: words in, bilm-tf's exact character ids out."""
 
 import functools
+import os
 from collections.abc import Mapping
 
 from tokenizers import Regex, pre_tokenizers
@@ -18,6 +19,9 @@ PADDING_CHAR = 260
 # Raw text is split on whitespace, then punctuation is split off the words ("end." -> "end", ".")
 # while word-internal punctuation stays ("U.S", "don't", "state-of-the-art").
 _WORD_PATTERN = r"\w+(?:[-'’.]\w+)*|[^\w\s]"
+
+# A bilm-tf word vocabulary (vocab.txt) starts with these three entries, in this order.
+WORD_VOCAB_HEAD = ("<S>", "</S>", "<UNK>")
 
 
 @functools.lru_cache(maxsize=200_000)
@@ -64,11 +68,19 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         bos_token (str, defaults to "<S>"), eos_token (str, defaults to "</S>"): the sentence boundaries
             added by `add_special_tokens=True`; a word equal to one of them gets the boundary's ids.
         pad_token (str, defaults to "<pad>"): the name of a padding word, whose character ids are all 0.
+        vocab_file (str, optional): a bilm-tf word vocabulary (`vocab.txt`: `<S>`, `</S>`, `<UNK>`, then one word per
+            line, most frequent first), needed only for language-model targets (`return_word_labels=True`). The
+            input never depends on it: every word is still encoded from its characters.
 
     Returns from `__call__` (per sentence, W = words, boundaries included):
         input_ids: (W, max_characters_per_token) ints, 0 = padding word.
         attention_mask: (W,), 1 for real words and boundaries, 0 for padding.
+        labels (with `return_word_labels=True`, needs `vocab_file`): (W,), the word-vocabulary id of each word
+            (`<UNK>`'s for unknown words, `<S>`'s and `</S>`'s at the boundaries), -100 for padding: the
+            `labels` of [`ElmoForPreTraining`].
     """
+
+    vocab_files_names = {"vocab_file": "vocab.txt"}
 
     model_input_names = ["input_ids", "attention_mask"]
     # Padding value of every per-word field `pad` knows; `input_ids` pads with a word of zeros.
@@ -77,14 +89,25 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         "special_tokens_mask": 1,
         "token_type_ids": 0,
         "offset_mapping": (0, 0),
+        "labels": -100,
     }
 
-    def __init__(self, max_characters_per_token=50, bos_token="<S>", eos_token="</S>", pad_token="<pad>", **kwargs):
+    def __init__(
+        self,
+        max_characters_per_token=50,
+        bos_token="<S>",
+        eos_token="</S>",
+        pad_token="<pad>",
+        vocab_file=None,
+        **kwargs,
+    ):
         if isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int):
             raise ValueError(f"max_characters_per_token must be an int, got {max_characters_per_token!r}")
         if max_characters_per_token < 3:
             raise ValueError(f"max_characters_per_token must be at least 3, got {max_characters_per_token!r}")
         self.max_characters_per_token = max_characters_per_token
+        self.vocab_file = vocab_file
+        self.word_vocab = read_word_vocab(vocab_file) if vocab_file is not None else None
         self._pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(_WORD_PATTERN), behavior="isolated")]
         )
@@ -123,7 +146,27 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return {}
 
     def save_vocabulary(self, save_directory, filename_prefix=None):
-        return ()
+        """Writes the word vocabulary (when there is one) as `vocab.txt`, in bilm-tf's format."""
+        if self.word_vocab is None:
+            return ()
+        path = os.path.join(save_directory, (filename_prefix + "-" if filename_prefix else "") + "vocab.txt")
+        with open(path, "w", encoding="utf-8") as vocab:
+            vocab.write("".join(word + "\n" for word in self.word_vocab))
+        return (path,)
+
+    def word_to_label(self, word):
+        """The word-vocabulary id of `word` (`<UNK>`'s when unknown); the boundaries map to `<S>`/`</S>`."""
+        if self.word_vocab is None:
+            raise ValueError("this ElmoTokenizer has no word vocabulary: load it with vocab_file=vocab.txt")
+        if word == self.bos_token:
+            word = WORD_VOCAB_HEAD[0]
+        elif word == self.eos_token:
+            word = WORD_VOCAB_HEAD[1]
+        return self._word_to_label.get(word, 2)  # 2 is <UNK>
+
+    @functools.cached_property
+    def _word_to_label(self):
+        return {word: index for index, word in enumerate(self.word_vocab)}
 
     def tokenize(self, text, **kwargs):
         """Split raw text into words, as `__call__` does for strings."""
@@ -183,8 +226,11 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return_offsets_mapping=False,
         return_length=False,
         verbose=True,
+        return_word_labels=False,
         **kwargs,
     ):
+        if return_word_labels and self.word_vocab is None:
+            raise ValueError("return_word_labels=True needs a word vocabulary: load the tokenizer with vocab_file")
         if text_pair is not None:
             raise ValueError("ElmoTokenizer encodes single sentences; text_pair is not supported")
         if return_overflowing_tokens:
@@ -192,7 +238,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         sentences, is_batched = self._split_batch(text, is_split_into_words)
         truncate = truncation_strategy is not None and truncation_strategy.value != "do_not_truncate"
 
-        encoded = {"input_ids": [], "attention_mask": [], "offset_mapping": [], "special_tokens_mask": []}
+        encoded = {"input_ids": [], "attention_mask": [], "offset_mapping": [], "special_tokens_mask": [], "labels": []}
         all_word_ids = []
         for words, offsets in sentences:
             word_ids = list(range(len(words)))
@@ -213,6 +259,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             encoded["attention_mask"].append([1] * len(words))
             encoded["offset_mapping"].append(offsets)
             encoded["special_tokens_mask"].append(special)
+            if return_word_labels:
+                encoded["labels"].append([self.word_to_label(word) for word in words])
             all_word_ids.append(word_ids)
 
         if return_attention_mask is False:
@@ -221,6 +269,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             del encoded["offset_mapping"]
         if not return_special_tokens_mask:
             del encoded["special_tokens_mask"]
+        if not return_word_labels:
+            del encoded["labels"]
         if return_token_type_ids:
             encoded["token_type_ids"] = [[0] * len(mask) for mask in encoded["input_ids"]]
 
@@ -345,6 +395,22 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if key == "input_ids":
             return _pad_list(value, missing, [0] * self.max_characters_per_token, side)
         return _pad_list(value, missing, self.word_level_padding_values.get(key, 0), side)
+
+
+def read_word_vocab(path):
+    """The words of a bilm-tf vocabulary file, checked: `<S>`, `</S>`, `<UNK>` first, no repeats."""
+    with open(path, encoding="utf-8") as vocab:
+        words = [line.strip() for line in vocab if line.strip()]
+    if tuple(words[:3]) != WORD_VOCAB_HEAD:
+        raise ValueError(
+            f"{path}: a bilm-tf vocabulary must start with <S>, </S>, <UNK> (one per line), got {words[:3]}"
+        )
+    seen = set()
+    for line, word in enumerate(words, start=1):
+        if word in seen:
+            raise ValueError(f"{path}: word {word!r} appears twice (again on line {line})")
+        seen.add(word)
+    return words
 
 
 def _pad_list(values, missing, padding_value, side):
