@@ -21,3 +21,7 @@ ElmoModel.register_for_auto_class("AutoModel")
 ElmoTokenizer.register_for_auto_class("AutoTokenizer")
 
 __all__ = ["ElmoConfig", "ElmoModel", "ElmoModelOutput", "ElmoPreTrainedModel", "ElmoTokenizer"]
+
+from .embedder import ElmoEmbedder, ElmoTokenCache  # noqa: E402
+
+__all__ += ["ElmoEmbedder", "ElmoTokenCache"]
