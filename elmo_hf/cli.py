@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import torch
+import transformers
 
 # The checkpoint `elmo-hf embed` uses without --model; None makes --model required.
 DEFAULT_MODEL = None
@@ -157,6 +158,8 @@ def perplexity(argv):
 def embed(args):
     from .embedder import ElmoEmbedder
 
+    if args.quiet:
+        transformers.utils.logging.disable_progress_bar()  # the "Loading weights" bar
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     embedder = ElmoEmbedder.from_pretrained(args.model, device=device, dtype=DTYPES[args.dtype])
     if args.token_cache:

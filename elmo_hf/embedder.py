@@ -98,7 +98,9 @@ class ElmoEmbedder:
         if not isinstance(model, ElmoModel):
             raise ValueError(f"model must be an ElmoModel, got {type(model).__name__}")
         self.model = model.to(device=device, dtype=dtype).eval()
-        self.tokenizer = tokenizer or ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+        if tokenizer is None:
+            tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+        self.tokenizer = tokenizer
         self.token_cache = None
 
     @classmethod
@@ -204,6 +206,8 @@ class ElmoEmbedder:
             _import_h5py()
         if output_path.exists():
             raise FileExistsError(f"{output_path} already exists; remove it or choose another output name")
+        if not Path(input_path).is_file():
+            raise ValueError(f"{input_path} is not a regular file: it is read more than once, which a pipe cannot be")
         _check_positive("chunk_size", chunk_size)
         self._layer_weights(layers, mix_weights)  # fail on bad settings before reading the input
         line_count, input_digest = _scan_input(input_path)
@@ -229,7 +233,9 @@ class ElmoEmbedder:
         with tqdm(
             total=line_count, initial=initial, unit="sent", desc="embedding", file=sys.stderr, disable=not progress
         ) as bar:
+            lines_read = 0
             for chunk, lines in enumerate(_read_chunks(input_path, chunk_size)):
+                lines_read += len(lines)
                 if chunk in finished:
                     continue
                 sentences = [self.tokenizer.tokenize(line) if tokenize else line.split() for line in lines]
@@ -245,6 +251,8 @@ class ElmoEmbedder:
                     bar.update(len(indices))
                     bar.set_postfix_str(f"{tokens_done / max(time.monotonic() - start, 1e-9):,.0f} tokens/s", refresh=False)
                 _write_chunk(work_dir, chunk, chunk * chunk_size, arrays)
+        if lines_read != line_count:
+            raise ValueError(f"{input_path} changed while it was read: {line_count} lines at first, then {lines_read}")
         _assemble(work_dir, output_path, output_format, input_path, chunk_size)
         shutil.rmtree(work_dir)
         return {"sentences": sentences_done, "tokens": tokens_done, "seconds": time.monotonic() - start}

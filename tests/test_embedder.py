@@ -195,7 +195,7 @@ def test_embed_file_top_sentence_vectors_and_tokenize(embedder, tmp_path):
     assert sentence_to_index == {"The cat sat.": "0", "Hello, world!": "1"}
 
 
-def test_embed_file_refuses_empty_lines_existing_outputs_and_unknown_formats(embedder, tmp_path):
+def test_embed_file_refuses_empty_lines_existing_outputs_unknown_formats_and_pipes(embedder, tmp_path):
     (tmp_path / "input.txt").write_text("one line\n\ntwo\n  \n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"has empty lines \(first ones: \[2, 4\]\); ELMo needs at least one word"):
         embedder.embed_file(tmp_path / "input.txt", tmp_path / "out.npz", progress=False)
@@ -204,6 +204,9 @@ def test_embed_file_refuses_empty_lines_existing_outputs_and_unknown_formats(emb
         embedder.embed_file(tmp_path / "input.txt", tmp_path / "taken.npz", progress=False)
     with pytest.raises(ValueError, match=r"output must end in .hdf5, .h5 or .npz, got '.*out.txt'"):
         embedder.embed_file(tmp_path / "input.txt", tmp_path / "out.txt", progress=False)
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(ValueError, match="pipe is not a regular file: it is read more than once, which a pipe cannot be"):
+        embedder.embed_file(tmp_path / "pipe", tmp_path / "out.npz", progress=False)
 
 
 class Interrupted(Exception):
