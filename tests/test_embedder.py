@@ -296,6 +296,7 @@ def test_killed_hdf5_run_resumes_to_an_identical_file(model_dir, tmp_path):
     assert resumed.keys() == reference.keys() and resumed_index == reference_index
     for key in reference:
         np.testing.assert_array_equal(resumed[key], reference[key])
+    assert (tmp_path / "vectors.hdf5").read_bytes() == (tmp_path / "reference.hdf5").read_bytes()
     assert not partial.exists()
 
 
