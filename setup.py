@@ -23,6 +23,9 @@ setup(
     extras_require={
         # Reading the published hdf5 weights.
         "conversion": ["h5py>=3.8"],
+        # `elmo-hf embed` writing .hdf5.
+        "embed": ["h5py>=3.8"],
         "test": ["pytest>=8.0", "hypothesis>=6.100", "h5py>=3.8"],
     },
+    entry_points={"console_scripts": ["elmo-hf = elmo_hf.cli:main"]},
 )

@@ -15,6 +15,7 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
 )
 from .tokenization_elmo import ElmoTokenizer
+from .embedder import ElmoEmbedder, ElmoTokenCache  # noqa: E402  (after the model classes it uses)
 
 __version__ = "0.1.0"
 
@@ -36,4 +37,6 @@ __all__ = [
     "ElmoTokenizer",
     "ElmoForPreTraining",
     "ElmoForPreTrainingOutput",
+    "ElmoEmbedder",
+    "ElmoTokenCache",
 ]

@@ -1,0 +1,103 @@
+"""The `elmo-hf` command line: embed, convert and perplexity."""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import tiny_model
+from test_embedder import ATOL, SENTENCES, direct_layers, one_thread, read_output, write_lines  # noqa: F401
+
+from elmo_hf import ElmoEmbedder, ElmoModel, cli
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tiny_elmo")
+    tiny_model(seed=3).save_pretrained(directory)
+    return directory
+
+
+def test_embed_writes_what_the_python_api_returns(model_dir, tmp_path, capsys):
+    write_lines(tmp_path / "input.txt", SENTENCES)
+    output = tmp_path / "vectors.npz"
+    cli.main(
+        ["embed", str(tmp_path / "input.txt"), str(output), "--model", str(model_dir), "--layers", "mix"]
+        + ["--mix-weights", "0.2", "0.3", "0.5", "--sentence-vectors", "--batch-size", "2", "--device", "cpu"]
+    )
+    assert "embedded 5 sentences (25 tokens) in" in capsys.readouterr().err
+    arrays, sentence_to_index = read_output(output)
+    expected = ElmoEmbedder.from_pretrained(model_dir).embed_sentences(
+        SENTENCES, layers="mix", mix_weights=[0.2, 0.3, 0.5], sentence_vectors=True
+    )
+    for index, vector in enumerate(expected):
+        np.testing.assert_allclose(arrays[str(index)], vector, atol=ATOL, rtol=0)
+    assert sentence_to_index["Hello"] == "1"
+
+
+def test_token_cache_option_gives_the_same_file(model_dir, tmp_path):
+    write_lines(tmp_path / "input.txt", SENTENCES)
+    (tmp_path / "vocab.txt").write_text("The\ncat\n.\nHello\n\nsleep\n", encoding="utf-8")
+    command = ["embed", str(tmp_path / "input.txt"), "--model", str(model_dir), "--quiet"]
+    cli.main([*command[:2], str(tmp_path / "plain.hdf5"), *command[2:]])
+    cli.main([*command[:2], str(tmp_path / "cached.hdf5"), *command[2:], "--token-cache", str(tmp_path / "vocab.txt")])
+    plain, _ = read_output(tmp_path / "plain.hdf5")
+    cached, _ = read_output(tmp_path / "cached.hdf5")
+    for key in plain:
+        np.testing.assert_allclose(cached[key], plain[key], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--layers", "mix"], "elmo-hf embed: error: mix_weights go with layers='mix' and only with it"),
+        (["--chunk-size", "0"], "elmo-hf embed: error: chunk_size must be a positive int, got 0"),
+    ],
+)
+def test_bad_options_give_a_message_and_exit_code_2(model_dir, tmp_path, capsys, extra, message):
+    write_lines(tmp_path / "input.txt", SENTENCES)
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["embed", str(tmp_path / "input.txt"), str(tmp_path / "out.npz"), "--model", str(model_dir), *extra])
+    assert exit.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_help_lists_the_commands_and_model_is_required(capsys):
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["--help"])
+    assert exit.value.code == 0
+    text = capsys.readouterr().out
+    assert all(command in text for command in ("embed", "convert", "perplexity"))
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["embed", "in.txt", "out.hdf5"])
+    assert exit.value.code == 2
+    assert "the following arguments are required: --model" in capsys.readouterr().err
+
+
+def test_convert_then_embed_a_real_checkpoint(fixtures_dir, tmp_path, capsys):
+    folder = fixtures_dir / "allennlp_elmo"
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["convert", "--help"])
+    assert exit.value.code == 0 and "usage: elmo-hf convert" in capsys.readouterr().out
+    checkpoint = tmp_path / "checkpoint"
+    cli.main(["convert", "--options", str(folder / "options.json"), "--weights", str(folder / "lm_weights.hdf5")]
+             + ["--output-dir", str(checkpoint)])
+    sentences = [sentence.split() for sentence in json.loads((folder / "sentences.json").read_text())[0]]
+    write_lines(tmp_path / "input.txt", sentences)
+    cli.main(["embed", str(tmp_path / "input.txt"), str(tmp_path / "vectors.hdf5"), "--model", str(checkpoint)])
+    arrays, _ = read_output(tmp_path / "vectors.hdf5")
+    model = ElmoModel.from_pretrained(checkpoint).eval()
+    for index, words in enumerate(sentences):
+        np.testing.assert_allclose(arrays[str(index)], direct_layers(model, words), atol=1e-6, rtol=0)
+
+
+def test_perplexity_runs_the_example_script_with_its_arguments(tmp_path, monkeypatch, capsys):
+    missing = tmp_path / "examples" / "evaluate_perplexity.py"
+    monkeypatch.setattr(cli, "PERPLEXITY_SCRIPT", missing)
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["perplexity", "--model", "m"])
+    assert str(exit.value).startswith(f"elmo-hf perplexity runs {missing}, which does not exist")
+
+    missing.parent.mkdir()
+    missing.write_text("import sys\nif __name__ == '__main__':\n    print(sys.argv[1:])\n", encoding="utf-8")
+    cli.main(["perplexity", "--model", "m", "--json"])
+    assert capsys.readouterr().out.strip() == "['--model', 'm', '--json']"

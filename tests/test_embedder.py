@@ -1,0 +1,337 @@
+"""ElmoEmbedder, embed_file and the token cache: outputs equal the model's, resumable and bounded-memory files."""
+
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from conftest import REPO_ROOT, tiny_model
+
+from elmo_hf import ElmoEmbedder, ElmoTokenizer
+from elmo_hf.embedder import length_batches
+
+SENTENCES = [
+    ["The", "cat", "sat", "on", "the", "mat", "."],
+    ["Hello"],
+    ["ELMo", "vectors", "depend", "on", "context", "."],
+    ["a", "b"],
+    ["Colorless", "green", "ideas", "sleep", "furiously", "and", "often", "too", "."],
+]
+# Float rounding: a word's vectors vary by about 1e-6 with the batch the model computes it in.
+ATOL = 1e-5
+
+
+def direct_layers(model, words):
+    """(layers, words, dim) straight from ElmoModel, one sentence at a time, boundaries cut off."""
+    tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+    batch = tokenizer([words], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden_states = model(**batch, output_hidden_states=True).hidden_states
+    return torch.stack(hidden_states, dim=1)[0, :, 1:-1].numpy()
+
+
+def write_lines(path, sentences):
+    path.write_text("".join(" ".join(words) + "\n" for words in sentences), encoding="utf-8")
+
+
+def read_output(path):
+    """{dataset name: array} and sentence_to_index of an .hdf5 or .npz written by embed_file."""
+    if path.suffix == ".npz":
+        with np.load(path) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+        return arrays, json.loads(str(arrays.pop("sentence_to_index")))
+    with h5py.File(path, "r") as file:
+        arrays = {key: file[key][...] for key in file}
+    return arrays, json.loads(arrays.pop("sentence_to_index")[0])
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models are all per-call overhead, which a second thread only adds to."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tiny_elmo")
+    tiny_model().save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture
+def embedder(model_dir):
+    return ElmoEmbedder.from_pretrained(model_dir)
+
+
+def test_embed_sentences_equal_direct_model_outputs_in_input_order(embedder):
+    vectors = embedder.embed_sentences(SENTENCES, batch_size=2)
+    for words, array in zip(SENTENCES, vectors):
+        assert array.shape == (3, len(words), 16) and array.dtype == np.float32
+        np.testing.assert_allclose(array, direct_layers(embedder.model, words), atol=ATOL, rtol=0)
+
+
+def test_layer_selections_and_sentence_vectors(embedder):
+    every = embedder.embed_sentences(SENTENCES)
+    weights = [0.5, -1.0, 2.0]
+    selections = {
+        "top": (dict(layers="top"), [array[-1] for array in every]),
+        "average": (dict(layers="average"), [array.mean(0) for array in every]),
+        "mix": (dict(layers="mix", mix_weights=weights), [np.einsum("l,lwd->wd", weights, a) for a in every]),
+    }
+    for name, (settings, expected) in selections.items():
+        for actual, wanted in zip(embedder.embed_sentences(SENTENCES, **settings), expected):
+            np.testing.assert_allclose(actual, wanted, atol=1e-5, rtol=0, err_msg=name)
+    sentence_vectors = embedder.embed_sentences(SENTENCES, sentence_vectors=True)
+    for actual, array in zip(sentence_vectors, every):
+        assert actual.shape == (3, 16)
+        np.testing.assert_allclose(actual, array.mean(axis=1), atol=1e-5, rtol=0)  # boundaries not averaged in
+    top_vectors = embedder.embed_sentences(SENTENCES, layers="top", sentence_vectors=True)
+    np.testing.assert_allclose(top_vectors[0], every[0][-1].mean(axis=0), atol=1e-5, rtol=0)
+
+
+def test_length_batches_respect_both_limits_and_cover_every_sentence_once():
+    lengths = [3, 10, 1, 7, 7, 2, 30, 4]
+    batches = list(length_batches(lengths, batch_size=3, max_tokens_per_batch=27))
+    assert sorted(index for batch in batches for index in batch) == list(range(len(lengths)))
+    assert batches[0] == [6]  # 32 padded positions: too long for any batch, so it runs alone
+    for batch in batches:
+        assert len(batch) <= 3
+        width = max(lengths[index] for index in batch) + 2
+        assert len(batch) == 1 or len(batch) * width <= 27
+    assert [lengths[batch[0]] for batch in batches] == sorted((lengths[b[0]] for b in batches), reverse=True)
+    assert list(length_batches([5, 5, 5], batch_size=2)) == [[0, 1], [2]]
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(layers="bottom"), "layers must be one of all, top, average, mix; got 'bottom'"),
+        (dict(layers="mix"), "mix_weights go with layers='mix' and only with it; got layers='mix', mix_weights=None"),
+        (
+            dict(layers="mix", mix_weights=[1.0, 2.0]),
+            "mix_weights needs 3 values (the token layer and 2 LSTM layers), got 2: [1.0, 2.0]",
+        ),
+        (dict(batch_size=0), "batch_size must be a positive int, got 0"),
+    ],
+)
+def test_bad_settings_are_named(embedder, settings, message):
+    with pytest.raises(ValueError) as error:
+        embedder.embed_sentences(SENTENCES, **settings)
+    assert str(error.value) == message
+    with pytest.raises(ValueError, match=r"sentence 1 must be a non-empty list of words, got \[\]"):
+        embedder.embed_sentences([["fine"], []])
+
+
+def test_token_cache_gives_the_same_vectors_and_skips_the_character_cnn(embedder):
+    without = embedder.embed_sentences(SENTENCES, batch_size=2)
+    state_keys = list(embedder.model.state_dict())
+    embedder.set_token_cache(["The", "cat", "on", "the", ".", "Hello", "unused", "cat"])  # some words unknown
+    partial = embedder.embed_sentences(SENTENCES, batch_size=2)
+    embedder.set_token_cache({word for words in SENTENCES for word in words})
+    # Every word is known now: the character CNN must not run at all.
+    embedder.token_cache.character_encoder = None
+    full = embedder.embed_sentences(SENTENCES, batch_size=2)
+    for reference, with_some, with_all in zip(without, partial, full):
+        np.testing.assert_allclose(with_some, reference, atol=ATOL, rtol=0)
+        np.testing.assert_allclose(with_all, reference, atol=ATOL, rtol=0)
+    assert list(embedder.model.state_dict()) == state_keys  # the model itself is untouched
+    embedder.set_token_cache(None)
+    np.testing.assert_array_equal(embedder.embed_sentences(SENTENCES, batch_size=2)[0], without[0])
+    with pytest.raises(ValueError, match=r"set_token_cache needs at least one word \(or None to remove the cache\)"):
+        embedder.set_token_cache([])
+
+
+def test_token_cache_matches_bilm_tf_dumped_token_embeddings(fixtures_dir):
+    from conversion.convert_elmo_original_tf_to_hf import convert_hdf5
+
+    folder = fixtures_dir / "allennlp_elmo"
+    model, _, _ = convert_hdf5(folder / "options.json", folder / "lm_weights.hdf5")
+    embedder = ElmoEmbedder(model)
+    words = (folder / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
+    embedder.set_token_cache(words)
+    char_ids = torch.tensor(embedder.tokenizer.convert_tokens_to_ids(words))
+    with h5py.File(folder / "elmo_token_embeddings.hdf5", "r") as file:
+        expected = file["embedding"][...]
+    with torch.no_grad():
+        looked_up = embedder.token_cache(char_ids).numpy()
+    np.testing.assert_allclose(looked_up, expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("suffix", [".hdf5", ".npz"])
+def test_embed_file_equals_direct_model_outputs(embedder, tmp_path, suffix):
+    lines = SENTENCES * 3  # repeated lines: sentence_to_index keeps the last index, as allennlp's did
+    write_lines(tmp_path / "input.txt", lines)
+    output = tmp_path / f"vectors{suffix}"
+    summary = embedder.embed_file(tmp_path / "input.txt", output, batch_size=4, chunk_size=4, progress=False)
+    assert summary["sentences"] == 15 and summary["tokens"] == 3 * sum(map(len, SENTENCES))
+    arrays, sentence_to_index = read_output(output)
+    assert sorted(arrays, key=int) == [str(index) for index in range(15)]
+    for index, words in enumerate(lines):
+        np.testing.assert_allclose(arrays[str(index)], direct_layers(embedder.model, words), atol=ATOL, rtol=0)
+    assert sentence_to_index == {" ".join(words): str(10 + index) for index, words in enumerate(SENTENCES)}
+    assert not (tmp_path / f"vectors{suffix}.partial").exists()
+
+
+def test_embed_file_top_sentence_vectors_and_tokenize(embedder, tmp_path):
+    (tmp_path / "input.txt").write_text("The cat sat.\nHello, world!\n", encoding="utf-8")
+    output = tmp_path / "vectors.npz"
+    embedder.embed_file(
+        tmp_path / "input.txt", output, tokenize=True, layers="top", sentence_vectors=True, progress=False
+    )
+    arrays, sentence_to_index = read_output(output)
+    expected = embedder.embed_sentences(
+        [["The", "cat", "sat", "."], ["Hello", ",", "world", "!"]], layers="top", sentence_vectors=True
+    )
+    assert arrays["0"].shape == (16,)
+    np.testing.assert_allclose(arrays["0"], expected[0], atol=ATOL, rtol=0)
+    np.testing.assert_allclose(arrays["1"], expected[1], atol=ATOL, rtol=0)
+    assert sentence_to_index == {"The cat sat.": "0", "Hello, world!": "1"}
+
+
+def test_embed_file_refuses_empty_lines_existing_outputs_unknown_formats_and_pipes(embedder, tmp_path):
+    (tmp_path / "input.txt").write_text("one line\n\ntwo\n  \n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"has empty lines \(first ones: \[2, 4\]\); ELMo needs at least one word"):
+        embedder.embed_file(tmp_path / "input.txt", tmp_path / "out.npz", progress=False)
+    (tmp_path / "taken.npz").write_bytes(b"")
+    with pytest.raises(FileExistsError, match="taken.npz already exists; remove it or choose another output name"):
+        embedder.embed_file(tmp_path / "input.txt", tmp_path / "taken.npz", progress=False)
+    with pytest.raises(ValueError, match=r"output must end in .hdf5, .h5 or .npz, got '.*out.txt'"):
+        embedder.embed_file(tmp_path / "input.txt", tmp_path / "out.txt", progress=False)
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(ValueError, match="pipe is not a regular file: it is read more than once, which a pipe cannot be"):
+        embedder.embed_file(tmp_path / "pipe", tmp_path / "out.npz", progress=False)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_interrupted_npz_run_resumes_to_the_identical_file(embedder, tmp_path, monkeypatch):
+    lines = SENTENCES * 4  # 20 lines, 7 chunks of 3
+    write_lines(tmp_path / "input.txt", lines)
+    settings = dict(batch_size=2, chunk_size=3, progress=False)
+    embedder.embed_file(tmp_path / "input.txt", tmp_path / "reference.npz", **settings)
+
+    import elmo_hf.embedder as module
+
+    write_chunk, written = module._write_chunk, []
+
+    def interrupt_after_three_chunks(*args):
+        if len(written) == 3:
+            raise Interrupted
+        written.append(args[1])
+        write_chunk(*args)
+
+    monkeypatch.setattr(module, "_write_chunk", interrupt_after_three_chunks)
+    with pytest.raises(Interrupted):
+        embedder.embed_file(tmp_path / "input.txt", tmp_path / "vectors.npz", **settings)
+    monkeypatch.undo()
+    assert not (tmp_path / "vectors.npz").exists()  # an unfinished run never leaves a file at the output name
+    partial = tmp_path / "vectors.npz.partial"
+    assert sorted(path.name for path in partial.glob("chunk-*")) == [f"chunk-0000000{i}.npz" for i in range(3)]
+
+    with pytest.raises(FileExistsError, match=r"holds an unfinished run: pass resume=True \(--resume\) to continue"):
+        embedder.embed_file(tmp_path / "input.txt", tmp_path / "vectors.npz", **settings)
+    with pytest.raises(ValueError, match=r"these settings differ from the unfinished run's: chunk_size \(was 3, now 4\)"):
+        embedder.embed_file(tmp_path / "input.txt", tmp_path / "vectors.npz", **{**settings, "chunk_size": 4}, resume=True)
+    summary = embedder.embed_file(tmp_path / "input.txt", tmp_path / "vectors.npz", **settings, resume=True)
+    assert summary["sentences"] == 20 - 9  # the three saved chunks are not redone
+    assert (tmp_path / "vectors.npz").read_bytes() == (tmp_path / "reference.npz").read_bytes()
+    assert not partial.exists()
+
+
+# Runs the command line, killed by SIGKILL just before its third chunk would be renamed into place.
+KILLED_RUN = """
+import os, signal, sys
+from elmo_hf.cli import main
+
+replace, renamed = os.replace, []
+
+def replace_or_die(source, target):
+    if os.path.basename(target).startswith("chunk-"):
+        renamed.append(target)
+        if len(renamed) == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+    replace(source, target)
+
+os.replace = replace_or_die
+main(sys.argv[1:])
+"""
+
+
+def run_python(code, *arguments):
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", code, *arguments], env=environment, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_killed_hdf5_run_resumes_to_an_identical_file(model_dir, tmp_path):
+    from elmo_hf.cli import main
+
+    write_lines(tmp_path / "input.txt", SENTENCES * 4)
+    command = ["embed", str(tmp_path / "input.txt"), "--model", str(model_dir), "--chunk-size", "3", "--quiet"]
+    main([*command[:2], str(tmp_path / "reference.hdf5"), *command[2:]])
+
+    killed = run_python(KILLED_RUN, *command[:2], str(tmp_path / "vectors.hdf5"), *command[2:])
+    assert killed.returncode == -9, killed.stderr
+    assert not (tmp_path / "vectors.hdf5").exists()
+    partial = tmp_path / "vectors.hdf5.partial"
+    # The third chunk was fully written under its temporary name, which a resumed run ignores and rewrites.
+    assert sorted(path.name for path in partial.glob("chunk-*")) == [
+        "chunk-00000000.npz",
+        "chunk-00000001.npz",
+        "chunk-00000002.npz.tmp",
+    ]
+    main([*command[:2], str(tmp_path / "vectors.hdf5"), *command[2:], "--resume"])
+    resumed, resumed_index = read_output(tmp_path / "vectors.hdf5")
+    reference, reference_index = read_output(tmp_path / "reference.hdf5")
+    assert resumed.keys() == reference.keys() and resumed_index == reference_index
+    for key in reference:
+        np.testing.assert_array_equal(resumed[key], reference[key])
+    assert (tmp_path / "vectors.hdf5").read_bytes() == (tmp_path / "reference.hdf5").read_bytes()
+    assert not partial.exists()
+
+
+MEASURE_MEMORY = """
+import json, resource, sys
+from elmo_hf import ElmoEmbedder
+
+embedder = ElmoEmbedder.from_pretrained(sys.argv[1])
+settings = dict(batch_size=128, chunk_size=200, progress=False)
+embedder.embed_file(sys.argv[2], sys.argv[3] + ".warm-up.hdf5", **settings)  # one chunk: every code path once
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+embedder.embed_file(sys.argv[4], sys.argv[3], **settings)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"before_kib": before, "after_kib": after}))
+"""
+
+
+def test_peak_memory_stays_bounded_on_a_large_input(tmp_path):
+    # 3,000 lines of 40 words, 3 layers of 128 floats per word: 176 MiB of vectors, 15 times what a chunk holds.
+    model = tiny_model(projection_dim=64, lstm_dim=96)
+    model.save_pretrained(tmp_path / "model")
+    rng = np.random.default_rng(0)
+    vocabulary = [f"w{index}" for index in range(500)]
+    lines = [" ".join(rng.choice(vocabulary, size=40)) for _ in range(3000)]
+    (tmp_path / "input.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "warm-up.txt").write_text("\n".join(lines[:200]) + "\n", encoding="utf-8")
+    vector_bytes = 3000 * 40 * 3 * 128 * 4
+
+    paths = [tmp_path / "model", tmp_path / "warm-up.txt", tmp_path / "out.hdf5", tmp_path / "input.txt"]
+    result = run_python(MEASURE_MEMORY, *map(str, paths))
+    assert result.returncode == 0, result.stderr
+    measured = json.loads(result.stdout)
+    growth = (measured["after_kib"] - measured["before_kib"]) * 1024
+    # Holding the vectors would take 176 MiB; streaming holds one chunk (12 MiB), its batches and copies (measured:
+    # about 25 MiB, the same for 2,000 or 4,000 lines).
+    assert growth < 48 * 2**20, f"peak memory grew by {growth / 2**20:.0f} MiB for {vector_bytes / 2**20:.0f} MiB of vectors"
+    with h5py.File(tmp_path / "out.hdf5", "r") as file:
+        assert len(file) == 3001 and file["2999"].shape == (3, 40, 128)
