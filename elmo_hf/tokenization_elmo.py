@@ -1,6 +1,7 @@
 """ELMo's character-level tokenizer: words in, bilm-tf's exact character ids out."""
 
 import functools
+import re
 from collections.abc import Mapping
 
 from tokenizers import Regex, pre_tokenizers
@@ -18,6 +19,9 @@ PADDING_CHAR = 260
 # Raw text is split on whitespace, then punctuation is split off the words ("end." -> "end", ".")
 # while word-internal punctuation stays ("U.S", "don't", "state-of-the-art").
 _WORD_PATTERN = r"\w+(?:[-'’.]\w+)*|[^\w\s]"
+# Lone surrogates have no UTF-8 encoding: they are dropped from raw text before splitting, as bilm-tf drops
+# them from each word's bytes.
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 @functools.lru_cache(maxsize=200_000)
@@ -64,6 +68,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         bos_token (str, defaults to "<S>"), eos_token (str, defaults to "</S>"): the sentence boundaries
             added by `add_special_tokens=True`; a word equal to one of them gets the boundary's ids.
         pad_token (str, defaults to "<pad>"): the name of a padding word, whose character ids are all 0.
+        max_words (int or None, defaults to None): the most words a sentence may have (boundaries excluded,
+            after any truncation); a longer sentence raises a ValueError before anything is encoded. None: no limit.
 
     Returns from `__call__` (per sentence, W = words, boundaries included):
         input_ids: (W, max_characters_per_token) ints, 0 = padding word.
@@ -79,7 +85,18 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         "offset_mapping": (0, 0),
     }
 
-    def __init__(self, max_characters_per_token=50, bos_token="<S>", eos_token="</S>", pad_token="<pad>", **kwargs):
+    def __init__(
+        self,
+        max_characters_per_token=50,
+        bos_token="<S>",
+        eos_token="</S>",
+        pad_token="<pad>",
+        max_words=None,
+        **kwargs,
+    ):
+        if max_words is not None and (isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 1):
+            raise ValueError(f"max_words must be a positive int or None, got {max_words!r}")
+        self.max_words = max_words
         if isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int):
             raise ValueError(f"max_characters_per_token must be an int, got {max_characters_per_token!r}")
         if max_characters_per_token < 3:
@@ -90,6 +107,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         )
         super().__init__(
             max_characters_per_token=max_characters_per_token,
+            max_words=max_words,
             bos_token=bos_token,
             eos_token=eos_token,
             pad_token=pad_token,
@@ -123,7 +141,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
 
     def tokenize(self, text, **kwargs):
         """Split raw text into words, as `__call__` does for strings."""
-        return [word for word, _ in self._pre_tokenizer.pre_tokenize_str(text)]
+        return self._pre_tokenize(text)[0]
 
     def convert_tokens_to_ids(self, tokens):
         """Character ids of one word (a list of ints) or of a list of words (a list of lists)."""
@@ -159,6 +177,11 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return bytes(c for c in chars if c < 256).decode("utf-8", "replace")
 
     # ---- encoding ----
+    def __call__(self, text=None, *args, **kwargs):
+        if text is None and kwargs.get("text_target") is None:
+            raise TypeError("text must be a string, a list of strings or a list of word lists, got None")
+        return super().__call__(text, *args, **kwargs)
+
     def _encode_plus(
         self,
         text,
@@ -200,6 +223,11 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                 if len(words) > keep:
                     start = 0 if self.truncation_side == "right" else len(words) - keep
                     words, offsets, word_ids = (x[start : start + keep] for x in (words, offsets, word_ids))
+            if self.max_words is not None and len(words) > self.max_words:
+                raise ValueError(
+                    f"sentence {len(all_word_ids)} has {len(words)} words, more than max_words={self.max_words}: "
+                    "split it, or pass truncation=True with max_length"
+                )
             if add_special_tokens:
                 words = [self.bos_token, *words, self.eos_token]
                 offsets = [(0, 0), *offsets, (0, 0)]
@@ -266,18 +294,28 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                         raise TypeError(
                             f"sentence {index}, word {position} must be a string, got {type(word).__name__}: {word!r}"
                         )
+                    if not word.strip():
+                        raise ValueError(f"sentence {index}, word {position} is empty or only whitespace: {word!r}")
                 words = list(sentence)
                 offsets = [(0, len(word)) for word in words]
             else:
                 if not isinstance(sentence, str):
                     raise TypeError(f"sentence {index} must be a string, got {type(sentence).__name__}: {sentence!r}")
-                pieces = self._pre_tokenizer.pre_tokenize_str(sentence)
-                words = [word for word, _ in pieces]
-                offsets = [offset for _, offset in pieces]
+                words, offsets = self._pre_tokenize(sentence)
             if not words:
                 raise ValueError(f"sentence {index} has no words")
             split.append((words, offsets))
         return split, is_batched
+
+    def _pre_tokenize(self, sentence):
+        """Words of a raw sentence and their (start, end) character offsets in it, lone surrogates dropped."""
+        if not _SURROGATES.search(sentence):
+            pieces = self._pre_tokenizer.pre_tokenize_str(sentence)
+            return [word for word, _ in pieces], [offset for _, offset in pieces]
+        kept = [position for position, char in enumerate(sentence) if not _SURROGATES.match(char)]
+        pieces = self._pre_tokenizer.pre_tokenize_str("".join(sentence[position] for position in kept))
+        # Offsets into the cleaned text point back to the original through `kept`.
+        return [word for word, _ in pieces], [(kept[start], kept[end - 1] + 1) for _, (start, end) in pieces]
 
     # ---- padding ----
     def pad(
