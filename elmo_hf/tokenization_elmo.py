@@ -208,26 +208,24 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             raise ValueError("ElmoTokenizer encodes single sentences; text_pair is not supported")
         if return_overflowing_tokens:
             raise ValueError("ElmoTokenizer does not support return_overflowing_tokens")
-        sentences, is_batched = self._split_batch(text, is_split_into_words)
         truncate = truncation_strategy is not None and truncation_strategy.value != "do_not_truncate"
+        keep = None
+        if truncate and max_length is not None:
+            keep = max_length - (2 if add_special_tokens else 0)
+            if keep < 1:
+                raise ValueError(f"max_length={max_length} leaves no room for a word")
+        # Sentences over max_words are rejected, unless truncation cuts every sentence to max_words or fewer.
+        limit = None if self.max_words is None or (keep is not None and keep <= self.max_words) else self.max_words
+        sentences, is_batched = self._split_batch(text, is_split_into_words, limit)
 
         encoded = {"input_ids": [], "attention_mask": [], "offset_mapping": [], "special_tokens_mask": []}
         all_word_ids = []
         for words, offsets in sentences:
             word_ids = list(range(len(words)))
             special = [0] * len(words)
-            if truncate and max_length is not None:
-                keep = max_length - (2 if add_special_tokens else 0)
-                if keep < 1:
-                    raise ValueError(f"max_length={max_length} leaves no room for a word")
-                if len(words) > keep:
-                    start = 0 if self.truncation_side == "right" else len(words) - keep
-                    words, offsets, word_ids = (x[start : start + keep] for x in (words, offsets, word_ids))
-            if self.max_words is not None and len(words) > self.max_words:
-                raise ValueError(
-                    f"sentence {len(all_word_ids)} has {len(words)} words, more than max_words={self.max_words}: "
-                    "split it, or pass truncation=True with max_length"
-                )
+            if keep is not None and len(words) > keep:
+                start = 0 if self.truncation_side == "right" else len(words) - keep
+                words, offsets, word_ids = (x[start : start + keep] for x in (words, offsets, word_ids))
             if add_special_tokens:
                 words = [self.bos_token, *words, self.eos_token]
                 offsets = [(0, 0), *offsets, (0, 0)]
@@ -265,8 +263,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             encoded, word_ids=all_word_ids, tensor_type=return_tensors, prepend_batch_axis=not is_batched
         )
 
-    def _split_batch(self, text, is_split_into_words):
-        """[(words, offsets)] for each sentence, and whether the input was a batch."""
+    def _split_batch(self, text, is_split_into_words, max_words=None):
+        """[(words, offsets)] for each sentence, and whether the input was a batch. A sentence of more than
+        `max_words` words is rejected here, before its offsets or ids are built."""
         if is_split_into_words:
             if not isinstance(text, (list, tuple)):
                 raise TypeError(
@@ -296,12 +295,14 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                         )
                     if not word.strip():
                         raise ValueError(f"sentence {index}, word {position} is empty or only whitespace: {word!r}")
+                _check_word_count(index, len(sentence), max_words)
                 words = list(sentence)
                 offsets = [(0, len(word)) for word in words]
             else:
                 if not isinstance(sentence, str):
                     raise TypeError(f"sentence {index} must be a string, got {type(sentence).__name__}: {sentence!r}")
                 words, offsets = self._pre_tokenize(sentence)
+                _check_word_count(index, len(words), max_words)
             if not words:
                 raise ValueError(f"sentence {index} has no words")
             split.append((words, offsets))
@@ -379,6 +380,14 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if key == "input_ids":
             return _pad_list(value, missing, [0] * self.max_characters_per_token, side)
         return _pad_list(value, missing, self.word_level_padding_values.get(key, 0), side)
+
+
+def _check_word_count(index, count, max_words):
+    if max_words is not None and count > max_words:
+        raise ValueError(
+            f"sentence {index} has {count} words, more than max_words={max_words}: "
+            "split it, or pass truncation=True with max_length"
+        )
 
 
 def _pad_list(values, missing, padding_value, side):
