@@ -321,10 +321,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     def _check_weights_match_config(self, source, loading_info, allow_mismatched_heads):
         """Raise unless every ELMo parameter was loaded from the checkpoint with the shape the config gives it."""
-        prefix = "" if self is getattr(self, self.base_model_prefix, self) else f"{self.base_model_prefix}."
 
-        def is_elmo_parameter(name):
-            return name.removeprefix(prefix).removeprefix(f"{self.base_model_prefix}.").startswith(_ELMO_SUBMODULES)
+        def is_elmo_parameter(name):  # "encoder.layers.0.bias" in ElmoModel, "elmo.encoder.layers.0.bias" in a head
+            return name.removeprefix(f"{self.base_model_prefix}.").startswith(_ELMO_SUBMODULES)
 
         for name, file_shape, expected_shape in sorted(loading_info["mismatched_keys"]):
             if is_elmo_parameter(name) or not allow_mismatched_heads:

@@ -15,7 +15,7 @@ import torch
 from conftest import REPO_ROOT, tiny_model
 
 from conversion.convert_elmo_original_tf_to_hf import convert_hdf5, read_hdf5_weights
-from elmo_hf import ElmoConfig, ElmoModel
+from elmo_hf import ElmoConfig, ElmoModel, ElmoPreTrainedModel
 from transformers import AutoModel
 
 # ---- bilm-tf hdf5 weights and options.json (the converter) ----
@@ -307,3 +307,22 @@ def test_no_remote_code_is_needed_or_run_when_elmo_hf_is_importable(checkpoint, 
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["elmo_hf.configuration_elmo elmo_hf.modeling_elmo", "[]"]
     assert not modules_cache.exists() or not any(modules_cache.rglob("*.py"))
+
+
+class _ElmoWithHead(ElmoPreTrainedModel):
+    """A head as the heads in elmo_hf are built: it contains the base model."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.elmo = ElmoModel(config)
+        self.classifier = torch.nn.Linear(config.hidden_size, 3)
+        self.post_init()
+
+
+def test_heads_load_from_a_base_checkpoint_but_not_from_a_contradicting_one(checkpoint, tmp_path):
+    head = _ElmoWithHead.from_pretrained(checkpoint)  # the new classifier may be missing from the file
+    assert torch.equal(head.elmo.encoder.layers[0].bias, tiny_model().encoder.layers[0].bias)
+    head.save_pretrained(tmp_path / "head")
+    edit_config(tmp_path / "head", lstm_dim=32)
+    with pytest.raises(ValueError, match="config.json contradicts model.safetensors: 'elmo.encoder.layers.0.bias'"):
+        _ElmoWithHead.from_pretrained(tmp_path / "head", ignore_mismatched_sizes=True)
