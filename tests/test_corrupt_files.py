@@ -233,6 +233,22 @@ def test_ignore_mismatched_sizes_does_not_excuse_elmo_parameters(checkpoint):
         ElmoModel.from_pretrained(checkpoint, ignore_mismatched_sizes=True)
 
 
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"lstm_dim": "16"}, "lstm_dim must be a positive int, got '16'"),
+        ({"filters": [[1, 4], [2]]}, "filters[1] must be a [width, count] pair of positive ints, got [2]"),
+        ({"num_characters": 300}, "num_characters must be 262 (fixed by the character-id scheme), got 300"),
+    ],
+)
+def test_config_json_with_wrong_values_names_the_field(checkpoint, changes, message):
+    # transformers reads config.json before any ELMo code runs, so the message names the field, not the file.
+    edit_config(checkpoint, **changes)
+    with pytest.raises(ValueError) as raised:
+        AutoModel.from_pretrained(checkpoint)
+    assert str(raised.value) == message
+
+
 def test_config_json_that_is_not_json(checkpoint):
     (checkpoint / "config.json").write_text('{"lstm_dim": ')
     with pytest.raises(OSError, match=f"the config file at '{checkpoint / 'config.json'}' is not a valid JSON file"):
