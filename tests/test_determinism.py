@@ -2,10 +2,10 @@
 history; state is carried between calls only when `lstm_states` is passed.
 
 "The same" is float32 rounding: matrix products over a different number of rows may round differently (a
-one-row product takes another code path than a many-row one), so each layer agrees within 1e-6 times its largest
-absolute value (at least 1): 1e-6 absolute for layers of values up to 1. Measured: at most 9.5e-7 absolute on the
-allennlp fixture weights, whose values reach 7. The same batch run again on the same model object is
-bit-identical.
+one-row product takes another code path than a many-row one), and a rounding difference in the token layer
+carries into the LSTM layers. So vectors agree within 1e-6 times the largest absolute value in the sentence's
+layers (at least 1): 1e-6 absolute when values stay within 1. Measured: at most 9.5e-7 absolute on the allennlp
+fixture weights, whose values reach 7. The same batch run again on the same model object is bit-identical.
 """
 
 import pytest
@@ -53,10 +53,10 @@ def all_layers(model, tokenizer, sentences, **tokenizer_options):
 
 
 def assert_same(actual, expected):
-    """actual, expected: (layers, words, 2 * projection_dim); each layer within TOLERANCE of its own scale."""
+    """actual, expected: (layers, words, 2 * projection_dim), within TOLERANCE of the sentence's largest value."""
     assert actual.shape == expected.shape
-    scale = expected.abs().amax(dim=(-2, -1), keepdim=True).clamp(min=1.0)  # (layers, 1, 1)
-    assert ((actual - expected).abs() <= TOLERANCE * scale).all()
+    scale = max(expected.abs().max().item(), 1.0)
+    assert (actual - expected).abs().max().item() <= TOLERANCE * scale
 
 
 @pytest.fixture(scope="module")
