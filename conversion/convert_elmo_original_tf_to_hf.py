@@ -130,7 +130,9 @@ def read_hdf5_weights(path):
                 else None
             )
     except OSError as error:
-        raise ValueError(f"{path}: not a readable hdf5 weight file ({error})") from None
+        raise ValueError(
+            f"{path}: not a readable hdf5 weight file ({error}); expected bilm-tf's weights .hdf5"
+        ) from None
     return arrays
 
 
@@ -152,7 +154,13 @@ def convert_weights(arrays, config, key_table, source_name="weights"):
                 f"expected {entry.source_shape} for {entry.target}"
             )
         if not np.issubdtype(array.dtype, np.floating):
-            raise ValueError(f"{source_name}: dataset '{entry.source}' has dtype {array.dtype}, expected float")
+            raise ValueError(
+                f"{source_name}: dataset '{entry.source}' has dtype {array.dtype}, expected float for {entry.target}"
+            )
+        if not np.isfinite(array).all():
+            raise ValueError(
+                f"{source_name}: dataset '{entry.source}' holds NaN or infinite values, expected finite floats"
+            )
         value = torch.from_numpy(np.ascontiguousarray(entry.transform(array.astype(np.float32))))
         target = state_dict[entry.target] if entry.direction is None else state_dict[entry.target][entry.direction]
         if value.shape != target.shape:

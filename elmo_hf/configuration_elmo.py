@@ -119,8 +119,16 @@ class ElmoConfig(PreTrainedConfig):
         arguments override config fields.
         """
         if isinstance(options, (str, os.PathLike)):
+            # Errors in a file name the file: "path/options.json: options is missing the key 'lstm.dim'".
             with open(options, encoding="utf-8") as options_file:
-                options = json.load(options_file)
+                try:
+                    parsed = json.load(options_file)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{options}: not valid JSON ({error})") from None
+            try:
+                return cls.from_options_json(parsed, **kwargs)
+            except ValueError as error:
+                raise ValueError(f"{options}: {error}") from None
         if not isinstance(options, dict):
             raise ValueError(f"options must be a JSON object, got {type(options).__name__}")
         if options.get("bidirectional", True) is not True:

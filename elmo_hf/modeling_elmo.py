@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
@@ -288,6 +289,82 @@ class ElmoPreTrainedModel(PreTrainedModel):
         else:
             super()._init_weights(module)
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        r"""
+        `PreTrainedModel.from_pretrained`, made strict for ELMo checkpoints:
+
+        - weights load from `model.safetensors` only: a pickle file (`pytorch_model.bin`) is never read, since
+          unpickling can run code; `use_safetensors=False` is refused.
+        - a config that contradicts its weights is an error naming the checkpoint, the parameter, its shape in
+          the file and the shape the config expects (missing or surplus ELMo parameters likewise), instead of
+          silently re-initialised weights. `ignore_mismatched_sizes=True` still allows other shapes in heads.
+        - a corrupt weight file is an error naming it.
+        """
+        if kwargs.get("use_safetensors") is False:
+            raise ValueError(
+                "ELMo checkpoints load from safetensors only (pickle files can run code): drop use_safetensors=False"
+            )
+        kwargs["use_safetensors"] = True
+        return_loading_info = kwargs.pop("output_loading_info", False)
+        allow_mismatched_heads = kwargs.get("ignore_mismatched_sizes", False)
+        kwargs["ignore_mismatched_sizes"] = True  # mismatches are reported below, by name
+        try:
+            model, loading_info = super().from_pretrained(
+                pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+            )
+        except SafetensorError as error:
+            raise OSError(
+                f"{pretrained_model_name_or_path}: the weights are not a readable safetensors file ({error}); "
+                "expected model.safetensors as written by save_pretrained"
+            ) from error
+        model._check_weights_match_config(pretrained_model_name_or_path, loading_info, allow_mismatched_heads)
+        return (model, loading_info) if return_loading_info else model
+
+    def _check_weights_match_config(self, source, loading_info, allow_mismatched_heads):
+        """Raise unless every ELMo parameter was loaded from the checkpoint with the shape the config gives it."""
+
+        def is_elmo_parameter(name):  # "encoder.layers.0.bias" in ElmoModel, "elmo.encoder.layers.0.bias" in a head
+            return name.removeprefix(f"{self.base_model_prefix}.").startswith(_ELMO_SUBMODULES)
+
+        for name, file_shape, expected_shape in sorted(loading_info["mismatched_keys"]):
+            if is_elmo_parameter(name) or not allow_mismatched_heads:
+                raise ValueError(
+                    f"{source}: config.json contradicts model.safetensors: '{name}' has shape {tuple(file_shape)} in "
+                    f"the weights, but the config expects {tuple(expected_shape)} (check {_config_fields_of(name)})"
+                )
+        state_dict = self.state_dict()
+        missing = sorted(name for name in loading_info["missing_keys"] if is_elmo_parameter(name))
+        if missing:
+            raise ValueError(
+                f"{source}: config.json contradicts model.safetensors: the weights lack '{missing[0]}' "
+                f"(expected shape {tuple(state_dict[missing[0]].shape)}; check {_config_fields_of(missing[0])})"
+            )
+        surplus = sorted(name for name in loading_info["unexpected_keys"] if is_elmo_parameter(name))
+        if surplus:
+            raise ValueError(
+                f"{source}: config.json contradicts model.safetensors: the weights hold '{surplus[0]}', which the "
+                f"config has no place for (check {_config_fields_of(surplus[0])})"
+            )
+
+
+# The submodules of ElmoModel, and the config fields that shape each parameter, for load errors.
+_ELMO_SUBMODULES = ("character_encoder.", "encoder.")
+_CONFIG_FIELDS_BY_PARAMETER = {
+    "char_embedding": "char_embedding_dim",
+    "convolutions": "filters, char_embedding_dim",
+    "highways": "filters, num_highway_layers",
+    "projection.": "filters, projection_dim",
+    "encoder.layers": "lstm_dim, projection_dim, num_lstm_layers",
+}
+
+
+def _config_fields_of(parameter_name):
+    for part, fields in _CONFIG_FIELDS_BY_PARAMETER.items():
+        if part in parameter_name:
+            return fields
+    return "the config"
+
 
 class ElmoModel(ElmoPreTrainedModel):
     r"""
@@ -349,11 +426,21 @@ class ElmoModel(ElmoPreTrainedModel):
         """(batch, words) bool mask of real words, after checking the inputs' shapes and padding side."""
         if input_ids is None:
             raise ValueError("input_ids is required")
+        if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.dtype == torch.bool:
+            described = input_ids.dtype if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+            raise TypeError(f"input_ids must be an integer tensor of character ids, got {described}")
         chars = self.config.max_characters_per_token
-        if input_ids.dim() != 3 or input_ids.shape[-1] != chars:
+        if input_ids.dim() != 3 or input_ids.shape[-1] != chars or input_ids.numel() == 0:
             raise ValueError(
-                f"input_ids must have shape (batch, words, {chars}) (character ids from ElmoTokenizer), "
-                f"got {tuple(input_ids.shape)}"
+                f"input_ids must have shape (batch, words, {chars}) with at least one word (character ids from "
+                f"ElmoTokenizer), got {tuple(input_ids.shape)}"
+            )
+        out_of_range = (input_ids < 0) | (input_ids >= self.config.num_characters)
+        if out_of_range.any():
+            sentence, word, char = out_of_range.nonzero()[0].tolist()
+            raise ValueError(
+                f"input_ids must hold character ids in 0..{self.config.num_characters - 1}, got "
+                f"{int(input_ids[sentence, word, char])} at sentence {sentence}, word {word}, character {char}"
             )
         if attention_mask is None:
             mask = (input_ids > 0).any(dim=-1)
@@ -363,6 +450,8 @@ class ElmoModel(ElmoPreTrainedModel):
                     f"attention_mask must have shape {tuple(input_ids.shape[:2])} (batch, words), "
                     f"got {tuple(attention_mask.shape)}"
                 )
+            if not ((attention_mask == 0) | (attention_mask == 1)).all():
+                raise ValueError("attention_mask must hold only 0 (padding) and 1 (word)")
             mask = attention_mask.bool()
         lengths = mask.sum(dim=1, keepdim=True)
         if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):

@@ -2,6 +2,7 @@
 
 import functools
 import os
+import re
 from collections.abc import Mapping
 
 from tokenizers import Regex, pre_tokenizers
@@ -19,6 +20,9 @@ PADDING_CHAR = 260
 # Raw text is split on whitespace, then punctuation is split off the words ("end." -> "end", ".")
 # while word-internal punctuation stays ("U.S", "don't", "state-of-the-art").
 _WORD_PATTERN = r"\w+(?:[-'’.]\w+)*|[^\w\s]"
+# Lone surrogates have no UTF-8 encoding: they are dropped from raw text before splitting, as bilm-tf drops
+# them from each word's bytes.
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 # A bilm-tf word vocabulary (vocab.txt) starts with these three entries, in this order.
 WORD_VOCAB_HEAD = ("<S>", "</S>", "<UNK>")
@@ -71,6 +75,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         vocab_file (str, optional): a bilm-tf word vocabulary (`vocab.txt`: `<S>`, `</S>`, `<UNK>`, then one word per
             line, most frequent first), needed only for language-model targets (`return_word_labels=True`). The
             input never depends on it: every word is still encoded from its characters.
+        max_words (int or None, defaults to None): the most words a sentence may have (boundaries excluded,
+            after any truncation); a longer sentence raises a ValueError before anything is encoded. None: no limit.
 
     Returns from `__call__` (per sentence, W = words, boundaries included):
         input_ids: (W, max_characters_per_token) ints, 0 = padding word.
@@ -99,8 +105,12 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         eos_token="</S>",
         pad_token="<pad>",
         vocab_file=None,
+        max_words=None,
         **kwargs,
     ):
+        if max_words is not None and (isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 1):
+            raise ValueError(f"max_words must be a positive int or None, got {max_words!r}")
+        self.max_words = max_words
         if isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int):
             raise ValueError(f"max_characters_per_token must be an int, got {max_characters_per_token!r}")
         if max_characters_per_token < 3:
@@ -113,6 +123,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         )
         super().__init__(
             max_characters_per_token=max_characters_per_token,
+            max_words=max_words,
             bos_token=bos_token,
             eos_token=eos_token,
             pad_token=pad_token,
@@ -170,7 +181,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
 
     def tokenize(self, text, **kwargs):
         """Split raw text into words, as `__call__` does for strings."""
-        return [word for word, _ in self._pre_tokenizer.pre_tokenize_str(text)]
+        return self._pre_tokenize(text)[0]
 
     def convert_tokens_to_ids(self, tokens):
         """Character ids of one word (a list of ints) or of a list of words (a list of lists)."""
@@ -206,6 +217,11 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return bytes(c for c in chars if c < 256).decode("utf-8", "replace")
 
     # ---- encoding ----
+    def __call__(self, text=None, *args, **kwargs):
+        if text is None and kwargs.get("text_target") is None:
+            raise TypeError("text must be a string, a list of strings or a list of word lists, got None")
+        return super().__call__(text, *args, **kwargs)
+
     def _encode_plus(
         self,
         text,
@@ -235,21 +251,24 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             raise ValueError("ElmoTokenizer encodes single sentences; text_pair is not supported")
         if return_overflowing_tokens:
             raise ValueError("ElmoTokenizer does not support return_overflowing_tokens")
-        sentences, is_batched = self._split_batch(text, is_split_into_words)
         truncate = truncation_strategy is not None and truncation_strategy.value != "do_not_truncate"
+        keep = None
+        if truncate and max_length is not None:
+            keep = max_length - (2 if add_special_tokens else 0)
+            if keep < 1:
+                raise ValueError(f"max_length={max_length} leaves no room for a word")
+        # Sentences over max_words are rejected, unless truncation cuts every sentence to max_words or fewer.
+        limit = None if self.max_words is None or (keep is not None and keep <= self.max_words) else self.max_words
+        sentences, is_batched = self._split_batch(text, is_split_into_words, limit)
 
         encoded = {"input_ids": [], "attention_mask": [], "offset_mapping": [], "special_tokens_mask": [], "labels": []}
         all_word_ids = []
         for words, offsets in sentences:
             word_ids = list(range(len(words)))
             special = [0] * len(words)
-            if truncate and max_length is not None:
-                keep = max_length - (2 if add_special_tokens else 0)
-                if keep < 1:
-                    raise ValueError(f"max_length={max_length} leaves no room for a word")
-                if len(words) > keep:
-                    start = 0 if self.truncation_side == "right" else len(words) - keep
-                    words, offsets, word_ids = (x[start : start + keep] for x in (words, offsets, word_ids))
+            if keep is not None and len(words) > keep:
+                start = 0 if self.truncation_side == "right" else len(words) - keep
+                words, offsets, word_ids = (x[start : start + keep] for x in (words, offsets, word_ids))
             if add_special_tokens:
                 words = [self.bos_token, *words, self.eos_token]
                 offsets = [(0, 0), *offsets, (0, 0)]
@@ -291,8 +310,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             encoded, word_ids=all_word_ids, tensor_type=return_tensors, prepend_batch_axis=not is_batched
         )
 
-    def _split_batch(self, text, is_split_into_words):
-        """[(words, offsets)] for each sentence, and whether the input was a batch."""
+    def _split_batch(self, text, is_split_into_words, max_words=None):
+        """[(words, offsets)] for each sentence, and whether the input was a batch. A sentence of more than
+        `max_words` words is rejected here, before its offsets or ids are built."""
         if is_split_into_words:
             if not isinstance(text, (list, tuple)):
                 raise TypeError(
@@ -320,18 +340,30 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                         raise TypeError(
                             f"sentence {index}, word {position} must be a string, got {type(word).__name__}: {word!r}"
                         )
+                    if not word.strip():
+                        raise ValueError(f"sentence {index}, word {position} is empty or only whitespace: {word!r}")
+                _check_word_count(index, len(sentence), max_words)
                 words = list(sentence)
                 offsets = [(0, len(word)) for word in words]
             else:
                 if not isinstance(sentence, str):
                     raise TypeError(f"sentence {index} must be a string, got {type(sentence).__name__}: {sentence!r}")
-                pieces = self._pre_tokenizer.pre_tokenize_str(sentence)
-                words = [word for word, _ in pieces]
-                offsets = [offset for _, offset in pieces]
+                words, offsets = self._pre_tokenize(sentence)
+                _check_word_count(index, len(words), max_words)
             if not words:
                 raise ValueError(f"sentence {index} has no words")
             split.append((words, offsets))
         return split, is_batched
+
+    def _pre_tokenize(self, sentence):
+        """Words of a raw sentence and their (start, end) character offsets in it, lone surrogates dropped."""
+        if not _SURROGATES.search(sentence):
+            pieces = self._pre_tokenizer.pre_tokenize_str(sentence)
+            return [word for word, _ in pieces], [offset for _, offset in pieces]
+        kept = [position for position, char in enumerate(sentence) if not _SURROGATES.match(char)]
+        pieces = self._pre_tokenizer.pre_tokenize_str("".join(sentence[position] for position in kept))
+        # Offsets into the cleaned text point back to the original through `kept`.
+        return [word for word, _ in pieces], [(kept[start], kept[end - 1] + 1) for _, (start, end) in pieces]
 
     # ---- padding ----
     def pad(
@@ -411,6 +443,14 @@ def read_word_vocab(path):
             raise ValueError(f"{path}: word {word!r} appears twice (again on line {line})")
         seen.add(word)
     return words
+
+
+def _check_word_count(index, count, max_words):
+    if max_words is not None and count > max_words:
+        raise ValueError(
+            f"sentence {index} has {count} words, more than max_words={max_words}: "
+            "split it, or pass truncation=True with max_length"
+        )
 
 
 def _pad_list(values, missing, padding_value, side):
