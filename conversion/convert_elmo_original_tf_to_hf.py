@@ -56,7 +56,7 @@ def hdf5_key_table(config):
     proj, cell = config.projection_dim, config.lstm_dim
     table = [
         # bilm-tf stores 261 rows (char ids 0..260); our ids are shifted by +1 and row 0 is padding.
-        KeyTableEntry("char_embed", (261, dim), "character_encoder.char_embedding.weight", None,
+        KeyTableEntry("char_embed", (261, dim), "character_encoder.char_embedding", None,
                       lambda w: np.concatenate([np.zeros((1, w.shape[1]), w.dtype), w])),
     ]
     for index, (width, count) in enumerate(config.filters):

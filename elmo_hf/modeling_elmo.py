@@ -59,7 +59,8 @@ class ElmoCharacterEncoder(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.char_embedding = nn.Embedding(config.num_characters, config.char_embedding_dim, padding_idx=0)
+        # A parameter of this module (not an nn.Embedding) so that transformers initialises the whole encoder here.
+        self.char_embedding = nn.Parameter(torch.empty(config.num_characters, config.char_embedding_dim))
         self.convolutions = nn.ModuleList(
             nn.Conv1d(config.char_embedding_dim, count, kernel_size=width) for width, count in config.filters
         )
@@ -74,7 +75,7 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids):
         """char_ids: (words, max_characters_per_token) -> (words, projection_dim)."""
-        chars = self.char_embedding(char_ids).transpose(1, 2)  # (words, char_dim, chars)
+        chars = F.embedding(char_ids, self.char_embedding, padding_idx=0).transpose(1, 2)  # (words, char_dim, chars)
         # Each filter bank: convolution over the characters, max over positions, then the activation.
         features = [self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions]
         token = torch.cat(features, dim=-1)  # (words, num_filters)
@@ -253,25 +254,27 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
 
     def _init_weights(self, module):
+        # transformers calls this for modules with parameters of their own, children before parents.
         if isinstance(module, ElmoCharacterEncoder):
-            init.uniform_(module.char_embedding.weight, -1.0, 1.0)
-            if not getattr(module.char_embedding.weight, "_is_hf_initialized", False):
-                init.zeros_(module.char_embedding.weight[0])
+            if not getattr(module.char_embedding, "_is_hf_initialized", False):
+                embedding = torch.empty_like(module.char_embedding).uniform_(-1.0, 1.0)
+                embedding[0] = 0.0  # id 0 is padding
+                init.copy_(module.char_embedding, embedding)
             for conv, (width, _) in zip(module.convolutions, self.config.filters):
                 if self.config.activation == "relu":
                     init.uniform_(conv.weight, -0.05, 0.05)
                 else:
                     init.normal_(conv.weight, 0.0, math.sqrt(1.0 / (width * self.config.char_embedding_dim)))
                 init.zeros_(conv.bias)
+            for highway in module.highways:
+                std = math.sqrt(1.0 / self.config.num_filters)
+                init.normal_(highway.transform.weight, 0.0, std)
+                init.zeros_(highway.transform.bias)
+                init.normal_(highway.gate.weight, 0.0, std)
+                init.constant_(highway.gate.bias, -2.0)  # starts close to the identity
             if module.projection is not None:
                 init.normal_(module.projection.weight, 0.0, math.sqrt(1.0 / self.config.num_filters))
                 init.zeros_(module.projection.bias)
-        elif isinstance(module, ElmoHighway):
-            std = math.sqrt(1.0 / module.transform.in_features)
-            init.normal_(module.transform.weight, 0.0, std)
-            init.zeros_(module.transform.bias)
-            init.normal_(module.gate.weight, 0.0, std)
-            init.constant_(module.gate.bias, -2.0)  # starts close to the identity
         elif isinstance(module, ElmoBiLstmLayer):
             four_lstm_dim, input_dim = module.input_weight.shape[1:]
             bound = math.sqrt(6.0 / (input_dim + module.recurrent_weight.shape[-1] + four_lstm_dim))
@@ -291,7 +294,6 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init.zeros_(module.end_transitions)
             init.zeros_(module.transitions)
         else:
-            # Children are initialised before their parents, so the cases above override this default.
             super()._init_weights(module)
 
 

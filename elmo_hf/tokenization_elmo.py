@@ -118,6 +118,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     def added_tokens_decoder(self):
         return {}
 
+    @property
+    def added_tokens_encoder(self):
+        return {}
+
     def save_vocabulary(self, save_directory, filename_prefix=None):
         return ()
 

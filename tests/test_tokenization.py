@@ -1,0 +1,128 @@
+import numpy as np
+import pytest
+import torch
+from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
+
+from elmo_hf import ElmoTokenizer
+from elmo_hf.tokenization_elmo import word_to_char_ids
+
+
+def ids(*values, length=20):
+    """Shifted ids: begin-of-word, `values`, end-of-word, padding; as bilm-tf gives them after its +1."""
+    row = [259, *[v + 1 for v in values], 260]
+    return row + [261] * (length - len(row))
+
+
+def test_bilm_tf_character_scheme():
+    assert list(word_to_char_ids("Hi", 20)) == ids(ord("H"), ord("i"))
+    assert list(word_to_char_ids("<S>", 20)) == ids(256)
+    assert list(word_to_char_ids("</S>", 20)) == ids(257)
+    assert list(word_to_char_ids("é", 20)) == ids(0xC3, 0xA9)  # UTF-8 bytes, not characters
+    assert list(word_to_char_ids("", 20)) == ids()
+
+
+def test_long_words_are_truncated_to_max_chars_minus_two_bytes():
+    row = list(word_to_char_ids("x" * 30, 20))
+    assert row == [259] + [ord("x") + 1] * 18 + [260]
+    # A multi-byte character cut in the middle keeps its first byte, as bilm-tf's byte slicing does.
+    assert list(word_to_char_ids("a" * 17 + "é", 20))[-2:] == [0xC3 + 1, 260]
+
+
+def test_boundaries_padding_and_mask(tokenizer):
+    batch = tokenizer([["The", "cat"], ["Hi"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    assert batch["input_ids"].shape == (2, 4, 20)
+    assert batch["input_ids"].dtype == torch.long
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert batch["input_ids"][1, 0].tolist() == ids(256) and batch["input_ids"][1, 2].tolist() == ids(257)
+    assert not batch["input_ids"][1, 3].any()
+    assert batch.word_ids(0) == [None, 0, 1, None] and batch.word_ids(1) == [None, 0, None, None]
+
+
+def test_without_special_tokens(tokenizer):
+    encoded = tokenizer(["a", "b"], is_split_into_words=True, add_special_tokens=False)
+    assert encoded["input_ids"] == [ids(ord("a")), ids(ord("b"))]
+    assert encoded.word_ids() == [0, 1]
+
+
+def test_raw_text_words_and_offsets(tokenizer):
+    text = "Hello world, U.S. isn't here."
+    encoded = tokenizer(text, return_offsets_mapping=True)
+    words = [text[start:end] for start, end in encoded["offset_mapping"][1:-1]]
+    assert words == ["Hello", "world", ",", "U.S", ".", "isn't", "here", "."]
+    assert tokenizer.tokenize(text) == words
+    assert encoded["offset_mapping"][0] == (0, 0) and encoded["offset_mapping"][-1] == (0, 0)
+    assert tokenizer.convert_ids_to_tokens(encoded["input_ids"]) == ["<S>", *words, "</S>"]
+
+
+def test_word_level_truncation_keeps_boundaries(tokenizer):
+    words = ["w0", "w1", "w2", "w3", "w4"]
+    right = tokenizer(words, is_split_into_words=True, truncation=True, max_length=4)
+    assert tokenizer.convert_ids_to_tokens(right["input_ids"]) == ["<S>", "w0", "w1", "</S>"]
+    assert right.word_ids() == [None, 0, 1, None]
+    tokenizer.truncation_side = "left"
+    left = tokenizer(words, is_split_into_words=True, truncation=True, max_length=4)
+    assert tokenizer.convert_ids_to_tokens(left["input_ids"]) == ["<S>", "w3", "w4", "</S>"]
+    assert left.word_ids() == [None, 3, 4, None]
+
+
+def test_padding_to_max_length_and_multiple(tokenizer):
+    encoded = tokenizer([["a"]], is_split_into_words=True, padding="max_length", max_length=6)
+    assert encoded["attention_mask"] == [[1, 1, 1, 0, 0, 0]]
+    encoded = tokenizer([["a", "b"]], is_split_into_words=True, padding=True, pad_to_multiple_of=8)
+    assert len(encoded["input_ids"][0]) == 8 and encoded.word_ids(0) == [None, 0, 1, None] + [None] * 4
+
+
+def test_data_collator_with_padding(tokenizer):
+    features = [dict(tokenizer(words, is_split_into_words=True)) for words in (["a", "b", "c"], ["d"])]
+    batch = DataCollatorWithPadding(tokenizer)(features)
+    assert batch["input_ids"].shape == (2, 5, 20)
+    assert batch["attention_mask"].tolist() == [[1] * 5, [1, 1, 1, 0, 0]]
+    assert not batch["input_ids"][1, 3:].any()
+
+
+def test_data_collator_for_token_classification(tokenizer):
+    features = []
+    for words, tags in [(["a", "b", "c"], [1, 2, 3]), (["d"], [4])]:
+        encoded = tokenizer(words, is_split_into_words=True)
+        labels = [-100 if index is None else tags[index] for index in encoded.word_ids()]
+        features.append({**encoded, "labels": labels})
+    batch = DataCollatorForTokenClassification(tokenizer)(features)
+    assert batch["input_ids"].shape == (2, 5, 20)
+    assert batch["labels"].tolist() == [[-100, 1, 2, 3, -100], [-100, 4, -100, -100, -100]]
+
+
+def test_pad_accepts_tensors_and_single_sentences(tokenizer):
+    single = tokenizer(["a"], is_split_into_words=True, return_tensors="pt")
+    assert single["input_ids"].shape == (1, 3, 20)
+    padded = tokenizer.pad({"input_ids": single["input_ids"][0]}, padding="max_length", max_length=5)
+    assert padded["input_ids"].shape == (5, 20) and padded["attention_mask"].tolist() == [1, 1, 1, 0, 0]
+
+
+def test_save_and_load(tmp_path):
+    tokenizer = ElmoTokenizer(max_characters_per_token=30)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = ElmoTokenizer.from_pretrained(tmp_path)
+    words = [["Ünïcödé", "words"]]
+    assert loaded.max_characters_per_token == 30
+    assert loaded(words, is_split_into_words=True)["input_ids"] == tokenizer(words, is_split_into_words=True)["input_ids"]
+
+
+@pytest.mark.parametrize(
+    "text, kwargs, error, message",
+    [
+        ([], {}, ValueError, "the batch is empty"),
+        ([["a"], []], {"is_split_into_words": True}, ValueError, "sentence 1 has no words"),
+        (["ok", "  "], {}, ValueError, "sentence 1 has no words"),
+        ([["a", 3]], {"is_split_into_words": True}, TypeError, "sentence 0, word 1 must be a string, got int"),
+        (["fine", None], {}, TypeError, "sentence 1 must be a string, got NoneType"),
+        (42, {}, TypeError, "text must be a string or a list of strings, got int"),
+    ],
+)
+def test_bad_input_names_the_position(tokenizer, text, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        tokenizer(text, **kwargs)
+
+
+def test_char_ids_are_in_range(tokenizer):
+    encoded = np.array(tokenizer([["x" * 100, "🙂", "\x00", "中文"]], is_split_into_words=True)["input_ids"])
+    assert encoded.min() >= 1 and encoded.max() <= 261
