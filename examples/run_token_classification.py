@@ -32,16 +32,21 @@ import elmo_hf  # noqa: F401 (registers the ELMo classes with the Auto classes)
 from elmo_hf.metrics import metric_path
 
 
+HEAD_FIELDS = ('use_crf', 'freeze_bilm', 'task_encoder_hidden_size', 'task_encoder_layers', 'use_output_elmo', 'classifier_dropout')
+
+
 @dataclass
 class ModelArguments:
+    """Head options left unset keep the loaded config's values."""
+
     model_name_or_path: str = field(metadata={"help": "A converted ELMo biLM (or a trained ELMo tagger)."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer path; the model's by default."})
-    use_crf: bool = field(default=False, metadata={"help": "Train a CRF layer and decode with Viterbi."})
-    freeze_bilm: bool = field(default=True, metadata={"help": "Keep the biLM's weights fixed."})
-    task_encoder_hidden_size: int = field(default=128, metadata={"help": "Hidden size of the task biLSTM."})
-    task_encoder_layers: int = field(default=1, metadata={"help": "Layers of the task biLSTM (0: none)."})
-    use_output_elmo: bool = field(default=False, metadata={"help": "Add a second ELMo mix at the output."})
-    classifier_dropout: float = field(default=0.5, metadata={"help": "Dropout before the encoder and classifier."})
+    use_crf: bool | None = field(default=None, metadata={"help": "--use_crf true: train a CRF layer and decode with Viterbi."})
+    freeze_bilm: bool | None = field(default=None, metadata={"help": "Keep the biLM's weights fixed."})
+    task_encoder_hidden_size: int | None = field(default=None, metadata={"help": "Hidden size of the task biLSTM."})
+    task_encoder_layers: int | None = field(default=None, metadata={"help": "Layers of the task biLSTM (0: none)."})
+    use_output_elmo: bool | None = field(default=None, metadata={"help": "Add a second ELMo mix at the output."})
+    classifier_dropout: float | None = field(default=None, metadata={"help": "Dropout before the encoder and classifier."})
 
 
 @dataclass
@@ -140,17 +145,15 @@ def main(argv=None):
     if existing.architectures and "ElmoForTokenClassification" in existing.architectures:
         names = [existing.id2label[i] for i in range(existing.num_labels)]  # a trained tagger keeps its tags
     label2id = {name: index for index, name in enumerate(names)}
+    # Head hyperparameters given on the command line; the others keep the config's values (ElmoConfig's defaults
+    # for a biLM, the trained values for a trained head).
+    head_options = {name: value for name, value in vars(model_args).items() if name in HEAD_FIELDS and value is not None}
     model = AutoModelForTokenClassification.from_pretrained(
         model_args.model_name_or_path,
         num_labels=len(names),
         id2label=dict(enumerate(names)),
         label2id=label2id,
-        use_crf=model_args.use_crf,
-        freeze_bilm=model_args.freeze_bilm,
-        task_encoder_hidden_size=model_args.task_encoder_hidden_size,
-        task_encoder_layers=model_args.task_encoder_layers,
-        use_output_elmo=model_args.use_output_elmo,
-        classifier_dropout=model_args.classifier_dropout,
+        **head_options,
     )
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
 
@@ -198,7 +201,6 @@ def main(argv=None):
     if training_args.do_train:
         trainer.train()
         trainer.save_model()  # the best model when --load_best_model_at_end
-        tokenizer.save_pretrained(training_args.output_dir)
     if training_args.do_eval and "validation" in encoded:
         trainer.save_metrics("eval", trainer.evaluate())
     if training_args.do_predict and "test" in encoded:

@@ -196,7 +196,7 @@ def test_token_logits_do_not_depend_on_padding_or_batch_mates(tokenizer, task_en
     batched = model(**encode(tokenizer)).logits
     for row, sentence in enumerate(SENTENCES):
         alone = model(**encode(tokenizer, [sentence])).logits[0]
-        torch.testing.assert_close(batched[row, : alone.shape[0]], alone, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(batched[row, : alone.shape[0]], alone, atol=1e-4, rtol=1e-4)
 
 
 def test_token_labels_must_match_the_words(tokenizer):
@@ -259,7 +259,7 @@ def test_sequence_pooling_ignores_padding(tokenizer):
     model = head_with_random_weights(ElmoForSequenceClassification, num_labels=2)
     batched = model(**encode(tokenizer)).logits
     for row, sentence in enumerate(SENTENCES):
-        torch.testing.assert_close(batched[row], model(**encode(tokenizer, [sentence])).logits[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(batched[row], model(**encode(tokenizer, [sentence])).logits[0], atol=1e-4, rtol=1e-4)
 
 
 # ---- loading from a biLM, round trips ----

@@ -53,12 +53,12 @@ def head_from_random_bilm(head_class, directory, **options):
     return head_class.from_pretrained(directory, **HEAD_OPTIONS, **options)
 
 
-def train(model, train_dataset, collator, output_dir, steps):
+def train(model, train_dataset, collator, output_dir, steps, learning_rate=1e-2):
     arguments = TrainingArguments(
         output_dir=str(output_dir),
         max_steps=steps,
         per_device_train_batch_size=16,
-        learning_rate=1e-2,
+        learning_rate=learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,
         logging_strategy="no",
@@ -112,9 +112,11 @@ def negation_dataset(tokenizer, size, seed):
 
 
 def test_sequence_classifier_learns_negation(tmp_path, tokenizer):
-    model = head_from_random_bilm(ElmoForSequenceClassification, tmp_path / "bilm", num_labels=2)
+    model = head_from_random_bilm(
+        ElmoForSequenceClassification, tmp_path / "bilm", num_labels=2, scalar_mix_do_layer_norm=True
+    )
     collator = DataCollatorWithPadding(tokenizer)
-    train(model, negation_dataset(tokenizer, 400, seed=1), collator, tmp_path / "out", steps=300)
+    train(model, negation_dataset(tokenizer, 1200, seed=1), collator, tmp_path / "out", steps=500, learning_rate=1e-2)
     test = negation_dataset(tokenizer, 100, seed=2)
     batch = collator([test[i] for i in range(len(test))])
     labels = batch.pop("labels")
