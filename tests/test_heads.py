@@ -329,3 +329,24 @@ def test_round_trip_through_trust_remote_code_without_the_package(tmp_path, toke
     module, logits = result.stdout.strip().splitlines()[-2:]
     assert not module.startswith("elmo_hf")
     torch.testing.assert_close(torch.tensor(json.loads(logits)), model(**encoding).logits)
+
+
+# ---- pipelines ----
+
+
+def test_feature_extraction_and_text_classification_pipelines_on_raw_text(tokenizer):
+    from transformers import pipeline
+
+    text = "John lives in Paris."
+    bilm = tiny_model()
+    features = pipeline("feature-extraction", model=bilm, tokenizer=tokenizer)(text)
+    expected = bilm(**tokenizer(text, return_tensors="pt")).last_hidden_state
+    torch.testing.assert_close(torch.tensor(features), expected)
+
+    classifier = head_with_random_weights(
+        ElmoForSequenceClassification, num_labels=2, id2label={0: "negative", 1: "positive"}
+    )
+    result = pipeline("text-classification", model=classifier, tokenizer=tokenizer)(text)
+    probabilities = classifier(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0]
+    assert result == [{"label": classifier.config.id2label[int(probabilities.argmax())], "score": pytest.approx(
+        float(probabilities.max()), rel=1e-5)}]
