@@ -10,7 +10,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["elmo_hf", "elmo_hf.*", "conversion"]),
     include_package_data=True,
-    package_data={"elmo_hf": ["model_card.md"]},  # the model card template (also at the repo root)
+    # The model card template, and the offline `evaluate` metric modules (loaded by path, not imported).
+    package_data={"elmo_hf": ["model_card.md", "metrics/*/*.py"]},
     install_requires=[
         "torch>=2.1",
         "transformers>=5.0",
@@ -25,7 +26,9 @@ setup(
         "conversion": ["h5py>=3.8"],
         # `elmo-hf embed` writing .hdf5.
         "embed": ["h5py>=3.8"],
-        "test": ["pytest>=8.0", "hypothesis>=6.100", "h5py>=3.8"],
+        "test": ["pytest>=8.0", "hypothesis>=6.100", "h5py>=3.8", "evaluate>=0.4", "datasets>=2.14", "accelerate>=1.1"],
+        # Fine-tuning the task heads with the Trainer (examples/run_*_classification.py).
+        "examples": ["evaluate>=0.4", "datasets>=2.14", "accelerate>=1.1"],
     },
     entry_points={"console_scripts": ["elmo-hf = elmo_hf.cli:main"]},
 )

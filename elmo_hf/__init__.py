@@ -4,15 +4,25 @@ Importing this package registers the ELMo classes with the transformers Auto cla
 `save_pretrained` also writes their code (`trust_remote_code=True` then works without this package).
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoTokenizer
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForPreTraining,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)
 
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import (
     ElmoForPreTraining,
     ElmoForPreTrainingOutput,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
     ElmoModel,
     ElmoModelOutput,
     ElmoPreTrainedModel,
+    ElmoScalarMix,
 )
 from .tokenization_elmo import ElmoTokenizer
 from .embedder import ElmoEmbedder, ElmoTokenCache  # noqa: E402  (after the model classes it uses)
@@ -28,6 +38,10 @@ ElmoConfig.register_for_auto_class()
 ElmoModel.register_for_auto_class("AutoModel")
 ElmoTokenizer.register_for_auto_class("AutoTokenizer")
 ElmoForPreTraining.register_for_auto_class("AutoModelForPreTraining")
+AutoModelForTokenClassification.register(ElmoConfig, ElmoForTokenClassification, exist_ok=True)
+AutoModelForSequenceClassification.register(ElmoConfig, ElmoForSequenceClassification, exist_ok=True)
+ElmoForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
+ElmoForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 
 __all__ = [
     "ElmoConfig",
@@ -39,4 +53,7 @@ __all__ = [
     "ElmoForPreTrainingOutput",
     "ElmoEmbedder",
     "ElmoTokenCache",
+    "ElmoScalarMix",
+    "ElmoForTokenClassification",
+    "ElmoForSequenceClassification",
 ]

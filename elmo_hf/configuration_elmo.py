@@ -43,6 +43,23 @@ class ElmoConfig(PreTrainedConfig):
         num_sampled_negatives (int, defaults to 8192, as the original): distinct negatives drawn per batch and
             direction by the sampled softmax used in training; at most `vocab_size` (which samples every class and
             equals the full softmax); 0 trains with the full softmax. Evaluation always uses the full softmax.
+
+    Task heads ([`ElmoForTokenClassification`], [`ElmoForSequenceClassification`]) read these fields; the biLM
+    ignores them:
+        scalar_mix_initial_weights (list of `num_lstm_layers + 1` floats or None, defaults to None): the un-normalised
+            layer weights the scalar mixes start from; None starts from zeros (equal weights).
+        scalar_mix_trainable (bool, defaults to True): learn the layer weights and gamma, or keep them fixed.
+        scalar_mix_do_layer_norm (bool, defaults to False): normalise each biLM layer (one mean and variance over
+            the real words of the batch) before mixing.
+        scalar_mix_dropout (float, defaults to 0.5): dropout on the mixed ELMo vector.
+        scalar_mix_l2_coef (float, defaults to 0.0): the loss gets `scalar_mix_l2_coef * sum(weights ** 2)` of each
+            mix's un-normalised weights, which pulls the mix toward equal weights.
+        task_encoder_hidden_size (int, defaults to 128): hidden size of each direction of the task biLSTM.
+        task_encoder_layers (int, defaults to 1): layers of the task biLSTM; 0 uses no task encoder.
+        use_output_elmo (bool, defaults to False): concatenate a second ELMo mix to the task encoder's output.
+        freeze_bilm (bool, defaults to True): keep the biLM's weights fixed while training a head.
+        use_crf (bool, defaults to False): token classification with a linear-chain CRF and Viterbi decoding.
+        classifier_dropout (float, defaults to 0.5): dropout before the task encoder and the classifier.
     """
 
     model_type = "elmo"
@@ -64,6 +81,17 @@ class ElmoConfig(PreTrainedConfig):
         initializer_range=0.02,
         vocab_size=0,
         num_sampled_negatives=8192,
+        scalar_mix_initial_weights=None,
+        scalar_mix_trainable=True,
+        scalar_mix_do_layer_norm=False,
+        scalar_mix_dropout=0.5,
+        scalar_mix_l2_coef=0.0,
+        task_encoder_hidden_size=128,
+        task_encoder_layers=1,
+        use_output_elmo=False,
+        freeze_bilm=True,
+        use_crf=False,
+        classifier_dropout=0.5,
         **kwargs,
     ):
         self.char_embedding_dim = _positive_int("char_embedding_dim", char_embedding_dim)
@@ -108,6 +136,34 @@ class ElmoConfig(PreTrainedConfig):
         # Derived: every layer's output is [forward; backward].
         self.hidden_size = 2 * self.projection_dim
         self.num_filters = sum(count for _, count in self.filters)
+        # Task-head fields.
+        if scalar_mix_initial_weights is not None:
+            scalar_mix_initial_weights = _float_list("scalar_mix_initial_weights", scalar_mix_initial_weights)
+            if len(scalar_mix_initial_weights) != self.num_lstm_layers + 1:
+                raise ValueError(
+                    f"scalar_mix_initial_weights must have num_lstm_layers + 1 = {self.num_lstm_layers + 1} values, "
+                    f"got {len(scalar_mix_initial_weights)}"
+                )
+        self.scalar_mix_initial_weights = scalar_mix_initial_weights
+        for name, value in (
+            ("scalar_mix_trainable", scalar_mix_trainable),
+            ("scalar_mix_do_layer_norm", scalar_mix_do_layer_norm),
+            ("use_output_elmo", use_output_elmo),
+            ("freeze_bilm", freeze_bilm),
+            ("use_crf", use_crf),
+        ):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be a bool, got {value!r}")
+        self.scalar_mix_trainable = scalar_mix_trainable
+        self.scalar_mix_do_layer_norm = scalar_mix_do_layer_norm
+        self.scalar_mix_dropout = _probability("scalar_mix_dropout", scalar_mix_dropout)
+        self.scalar_mix_l2_coef = _non_negative_float("scalar_mix_l2_coef", scalar_mix_l2_coef)
+        self.task_encoder_hidden_size = _positive_int("task_encoder_hidden_size", task_encoder_hidden_size)
+        self.task_encoder_layers = _non_negative_int("task_encoder_layers", task_encoder_layers)
+        self.use_output_elmo = use_output_elmo
+        self.freeze_bilm = freeze_bilm
+        self.use_crf = use_crf
+        self.classifier_dropout = _probability("classifier_dropout", classifier_dropout)
         super().__init__(**kwargs)
 
     @classmethod
@@ -232,6 +288,26 @@ def _optional_positive_float(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ValueError(f"{name} must be a positive number or None, got {value!r}")
     return float(value)
+
+
+def _non_negative_float(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _probability(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _float_list(name, values):
+    if not isinstance(values, (list, tuple)) or any(
+        isinstance(v, bool) or not isinstance(v, (int, float)) for v in values
+    ):
+        raise ValueError(f"{name} must be a list of numbers, got {values!r}")
+    return [float(v) for v in values]
 
 
 def _filters(name, filters):

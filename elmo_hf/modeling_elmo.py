@@ -14,6 +14,7 @@ from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
@@ -286,6 +287,13 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init.copy_(module.bias, bias)
             projection_bound = math.sqrt(6.0 / (lstm_dim + module.projection_weight.shape[1]))
             init.uniform_(module.projection_weight, -projection_bound, projection_bound)
+        elif isinstance(module, ElmoScalarMix):
+            init.copy_(module.weights, torch.tensor(module.initial_weights))
+            init.ones_(module.gamma)
+        elif isinstance(module, ElmoCrf):
+            init.zeros_(module.start_transitions)
+            init.zeros_(module.end_transitions)
+            init.zeros_(module.transitions)
         else:
             super()._init_weights(module)
 
@@ -319,7 +327,16 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 "expected model.safetensors as written by save_pretrained"
             ) from error
         model._check_weights_match_config(pretrained_model_name_or_path, loading_info, allow_mismatched_heads)
+        # Loading replaces parameters by new, trainable ones: freeze again what a head keeps fixed.
+        model._apply_frozen_parameters()
         return (model, loading_info) if return_loading_info else model
+
+    def _apply_frozen_parameters(self):
+        if isinstance(getattr(self, "elmo", None), ElmoModel) and self.config.freeze_bilm:
+            self.elmo.requires_grad_(False)
+        for module in self.modules():
+            if isinstance(module, ElmoScalarMix):
+                module.requires_grad_(module.trainable)
 
     def _check_weights_match_config(self, source, loading_info, allow_mismatched_heads):
         """Raise unless every ELMo parameter was loaded from the checkpoint with the shape the config gives it."""
@@ -671,6 +688,369 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         )
 
 
+class ElmoScalarMix(nn.Module):
+    r"""
+    The task-specific ELMo vector of the paper (eq. 1): `gamma * sum_j softmax(weights)_j * h_j` over the biLM's
+    layers.
+
+    Args:
+        num_layers (int): layers to mix (`num_lstm_layers + 1` for an ELMo biLM).
+        initial_weights (list of `num_layers` floats, optional): the un-normalised weights to start from; zeros
+            (equal weights) when None.
+        trainable (bool, defaults to True): learn the weights and gamma, or keep them at their initial values.
+        do_layer_norm (bool, defaults to False): normalise each layer before mixing, with one mean and one
+            variance over all features of the batch's real words.
+        dropout (float, defaults to 0.0): dropout on the mixed vector.
+        l2_coef (float, defaults to 0.0): coefficient of [`~ElmoScalarMix.l2_penalty`].
+    """
+
+    def __init__(self, num_layers, initial_weights=None, trainable=True, do_layer_norm=False, dropout=0.0, l2_coef=0.0):
+        super().__init__()
+        if initial_weights is None:
+            initial_weights = [0.0] * num_layers
+        if len(initial_weights) != num_layers:
+            raise ValueError(f"initial_weights must have {num_layers} values (one per layer), got {initial_weights!r}")
+        self.initial_weights = [float(weight) for weight in initial_weights]
+        self.trainable = trainable
+        self.weights = nn.Parameter(torch.tensor(self.initial_weights), requires_grad=trainable)
+        self.gamma = nn.Parameter(torch.ones(1), requires_grad=trainable)
+        self.do_layer_norm = do_layer_norm
+        self.dropout = nn.Dropout(dropout)
+        self.l2_coef = l2_coef
+
+    @property
+    def normalized_weights(self):
+        """The layer weights after the softmax, shape `(num_layers,)`."""
+        return torch.softmax(self.weights, dim=0)
+
+    def l2_penalty(self):
+        """`l2_coef * sum(weights ** 2)` on the un-normalised weights (a scalar tensor)."""
+        return self.l2_coef * (self.weights**2).sum()
+
+    def forward(self, layers, mask):
+        r"""
+        Args:
+            layers (sequence of `num_layers` tensors of shape `(batch, words, dim)`): the layers to mix.
+            mask (`torch.BoolTensor` of shape `(batch, words)`): real words; only used by `do_layer_norm`.
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch, words, dim)`.
+        """
+        if len(layers) != len(self.initial_weights):
+            raise ValueError(f"ElmoScalarMix was built for {len(self.initial_weights)} layers, got {len(layers)}")
+        stacked = torch.stack(list(layers))  # (num_layers, batch, words, dim)
+        if self.do_layer_norm:
+            weight = mask.to(stacked.dtype)[None, :, :, None]  # (1, batch, words, 1)
+            count = weight.sum() * stacked.shape[-1]
+            mean = (stacked * weight).sum(dim=(1, 2, 3), keepdim=True) / count  # (num_layers, 1, 1, 1)
+            variance = (((stacked - mean) * weight) ** 2).sum(dim=(1, 2, 3), keepdim=True) / count
+            stacked = (stacked - mean) / torch.sqrt(variance + 1e-12)
+        mixed = (self.normalized_weights[:, None, None, None] * stacked).sum(dim=0)  # (batch, words, dim)
+        return self.dropout(self.gamma * mixed)
+
+
+class ElmoTaskEncoder(nn.Module):
+    r"""
+    The paper's recipe (section 3.3) for using ELMo in a task model: each word becomes `[x_k; ELMo_k]` (the biLM's
+    context-independent representation and a learned mix of all its layers), optionally runs through a task biLSTM,
+    and optionally gets a second mix at the output, `[h_k; ELMo'_k]`.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        num_layers = config.num_lstm_layers + 1
+        mix_options = dict(
+            initial_weights=config.scalar_mix_initial_weights,
+            trainable=config.scalar_mix_trainable,
+            do_layer_norm=config.scalar_mix_do_layer_norm,
+            dropout=config.scalar_mix_dropout,
+            l2_coef=config.scalar_mix_l2_coef,
+        )
+        self.input_mix = ElmoScalarMix(num_layers, **mix_options)
+        self.output_mix = ElmoScalarMix(num_layers, **mix_options) if config.use_output_elmo else None
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.projection_dim = config.projection_dim
+        input_size = config.projection_dim + config.hidden_size
+        if config.task_encoder_layers > 0:
+            self.lstm = nn.LSTM(
+                input_size,
+                config.task_encoder_hidden_size,
+                num_layers=config.task_encoder_layers,
+                batch_first=True,
+                bidirectional=True,
+            )
+            self.output_size = 2 * config.task_encoder_hidden_size
+        else:
+            self.lstm = None
+            self.output_size = input_size
+        if self.output_mix is not None:
+            self.output_size += config.hidden_size
+
+    def l2_penalty(self):
+        """The scalar mixes' L2 terms, summed (a scalar tensor)."""
+        penalty = self.input_mix.l2_penalty()
+        return penalty if self.output_mix is None else penalty + self.output_mix.l2_penalty()
+
+    def forward(self, hidden_states, mask):
+        r"""
+        Args:
+            hidden_states (tuple of `num_lstm_layers + 1` tensors `(batch, words, 2 * projection_dim)`): every biLM
+                layer, as in [`ElmoModelOutput`].
+            mask (`torch.BoolTensor` of shape `(batch, words)`): real words, right-padded.
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch, words, output_size)`, 0 at padded positions.
+        """
+        token = hidden_states[0][..., : self.projection_dim]  # x_k, (batch, words, projection_dim)
+        features = torch.cat([token, self.input_mix(hidden_states, mask)], dim=-1)  # (batch, words, input_size)
+        features = self.dropout(features)
+        if self.lstm is not None:
+            words = features.shape[1]
+            packed = nn.utils.rnn.pack_padded_sequence(
+                features, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False
+            )
+            encoded, _ = self.lstm(packed)
+            features, _ = nn.utils.rnn.pad_packed_sequence(encoded, batch_first=True, total_length=words)
+        if self.output_mix is not None:
+            features = torch.cat([features, self.output_mix(hidden_states, mask)], dim=-1)
+        return self.dropout(features) * mask.unsqueeze(-1)
+
+
+class ElmoCrf(nn.Module):
+    r"""
+    A linear-chain CRF over tags: the score of a tag sequence `y` with emissions `e` is
+    `start[y_1] + sum_t e_t[y_t] + sum_t transitions[y_t, y_{t+1}] + end[y_n]`.
+
+    Args:
+        num_tags (int): number of tags.
+    """
+
+    def __init__(self, num_tags):
+        super().__init__()
+        self.start_transitions = nn.Parameter(torch.zeros(num_tags))
+        self.end_transitions = nn.Parameter(torch.zeros(num_tags))
+        self.transitions = nn.Parameter(torch.zeros(num_tags, num_tags))  # [from, to]
+
+    def log_likelihood(self, emissions, tags, mask):
+        r"""
+        Args:
+            emissions (`(batch, steps, num_tags)`), tags (`(batch, steps)` ints), mask (`(batch, steps)` bool,
+                left-aligned: each row's steps come first, every row has at least one).
+
+        Returns:
+            `(batch,)` log-probability of each row's tags.
+        """
+        batch = torch.arange(emissions.shape[0], device=emissions.device)
+        tags = tags.masked_fill(~mask, 0)
+        score = self.start_transitions[tags[:, 0]] + emissions[batch, 0, tags[:, 0]]
+        log_partition = self.start_transitions + emissions[:, 0]  # (batch, num_tags)
+        for step in range(1, emissions.shape[1]):
+            active = mask[:, step]
+            step_score = self.transitions[tags[:, step - 1], tags[:, step]] + emissions[batch, step, tags[:, step]]
+            score = score + step_score * active
+            # (batch, from, 1) + (from, to) + (batch, 1, to), summed over `from`.
+            extended = torch.logsumexp(
+                log_partition.unsqueeze(2) + self.transitions + emissions[:, step].unsqueeze(1), dim=1
+            )  # (batch, num_tags)
+            log_partition = torch.where(active.unsqueeze(1), extended, log_partition)
+        last_tags = tags[batch, mask.sum(dim=1) - 1]
+        score = score + self.end_transitions[last_tags]
+        return score - torch.logsumexp(log_partition + self.end_transitions, dim=1)
+
+    def decode(self, emissions, mask):
+        r"""
+        Viterbi decoding.
+
+        Args:
+            emissions (`(batch, steps, num_tags)`), mask (`(batch, steps)` bool, left-aligned).
+
+        Returns:
+            a list with each row's best tag sequence (a list of `mask[row].sum()` ints).
+        """
+        best = self.start_transitions + emissions[:, 0]  # (batch, num_tags)
+        backpointers = []
+        for step in range(1, emissions.shape[1]):
+            candidates = best.unsqueeze(2) + self.transitions  # (batch, from, to)
+            step_best, step_pointer = candidates.max(dim=1)  # (batch, to)
+            active = mask[:, step].unsqueeze(1)
+            best = torch.where(active, step_best + emissions[:, step], best)
+            backpointers.append(step_pointer)
+        best = best + self.end_transitions
+        paths = []
+        for row, length in enumerate(mask.sum(dim=1).tolist()):
+            tag = int(best[row].argmax())
+            path = [tag]
+            for pointer in reversed(backpointers[: length - 1]):
+                tag = int(pointer[row, tag])
+                path.append(tag)
+            paths.append(path[::-1])
+        return paths
+
+
+def _left_align(mask):
+    """For a `(batch, words)` bool mask, the `(batch, words)` index that moves each row's True positions first (in
+    order), and the left-aligned mask."""
+    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # (batch, words)
+    aligned = torch.arange(mask.shape[1], device=mask.device) < mask.sum(dim=1, keepdim=True)
+    return order, aligned
+
+
+def _check_num_labels(config, head_name):
+    if not config.num_labels:
+        raise ValueError(f"{head_name} needs config.num_labels (or id2label), got num_labels={config.num_labels!r}")
+    return config.num_labels
+
+
+def _encode_words(model, input_ids, attention_mask):
+    """Run a head's biLM and task encoder: `(batch, words, output_size)` features and the `(batch, words)` mask."""
+    mask = model.elmo._word_mask(input_ids, attention_mask)
+    with torch.set_grad_enabled(torch.is_grad_enabled() and not model.config.freeze_bilm):
+        bilm = model.elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
+    return model.task_encoder(bilm.hidden_states, mask), mask
+
+
+def _with_l2_penalty(model, loss):
+    return loss + model.task_encoder.l2_penalty() if model.config.scalar_mix_l2_coef > 0 else loss
+
+
+class ElmoForTokenClassification(ElmoPreTrainedModel):
+    r"""
+    ELMo for tagging (NER, POS, chunking): `[x_k; ELMo_k]` -> optional task biLSTM -> optional `[h_k; ELMo'_k]`
+    -> linear classifier, with cross-entropy or, when `config.use_crf`, a CRF loss. The biLM is frozen unless
+    `config.freeze_bilm=False`.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = _check_num_labels(config, "ElmoForTokenClassification")
+        self.elmo = ElmoModel(config)
+        self.task_encoder = ElmoTaskEncoder(config)
+        self.classifier = nn.Linear(self.task_encoder.output_size, config.num_labels)
+        self.crf = ElmoCrf(config.num_labels) if config.use_crf else None
+        self.post_init()
+        self._apply_frozen_parameters()
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None, return_dict=None, **kwargs):
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
+                [`ElmoTokenizer`].
+            attention_mask (`torch.LongTensor` of shape `(batch, words)`, optional): 1 for words, 0 for padding.
+            labels (`torch.LongTensor` of shape `(batch, words)`, optional): the tag of each word, -100 where no
+                tag is scored (sentence boundaries, padding). With a CRF, the scored words of a row must be
+                contiguous (they are: boundaries and padding are at the ends).
+            return_dict (bool, optional): return a [`TokenClassifierOutput`] (default) or a tuple.
+
+        Returns:
+            [`TokenClassifierOutput`] with `logits` of shape `(batch, words, num_labels)` (the CRF's emission
+            scores when `use_crf`; decode them with [`~ElmoForTokenClassification.decode`]).
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        features, mask = _encode_words(self, input_ids, attention_mask)
+        logits = self.classifier(features)  # (batch, words, num_labels)
+        loss = None
+        if labels is not None:
+            if tuple(labels.shape) != tuple(mask.shape):
+                raise ValueError(
+                    f"labels must have shape {tuple(mask.shape)} (batch, words), one per word of input_ids, "
+                    f"got {tuple(labels.shape)}"
+                )
+            if self.crf is None:
+                loss = F.cross_entropy(logits.reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
+            else:
+                loss = self._crf_loss(logits, labels)
+            loss = _with_l2_penalty(self, loss)
+        output = TokenClassifierOutput(loss=loss, logits=logits)
+        return output if return_dict else output.to_tuple()
+
+    def _crf_loss(self, logits, labels):
+        scored = labels != -100  # (batch, words)
+        if not scored.any(dim=1).all():
+            raise ValueError("with use_crf every row of labels needs at least one word that is not -100")
+        order, aligned = _left_align(scored)
+        emissions = _gather_words(logits, order)  # (batch, words, num_labels)
+        tags = labels.gather(1, order)  # (batch, words)
+        return -self.crf.log_likelihood(emissions, tags, aligned).mean()
+
+    def decode(self, logits, mask):
+        r"""
+        The predicted tag of every scored word: Viterbi with a CRF, argmax otherwise.
+
+        Args:
+            logits (`(batch, words, num_labels)`): the `logits` of the output.
+            mask (`(batch, words)` bool): the words to tag (e.g. `labels != -100`); each row's must be contiguous.
+
+        Returns:
+            a list with each row's tags for its masked words, in order.
+        """
+        order, aligned = _left_align(mask.bool())
+        emissions = _gather_words(logits, order)  # (batch, words, num_labels)
+        if self.crf is not None:
+            return self.crf.decode(emissions, aligned)
+        return [row[: int(length)].tolist() for row, length in zip(emissions.argmax(-1), aligned.sum(dim=1))]
+
+
+class ElmoForSequenceClassification(ElmoPreTrainedModel):
+    r"""
+    ELMo for sentence classification or regression: `[x_k; ELMo_k]` -> optional task biLSTM -> optional
+    `[h_k; ELMo'_k]` -> max and mean pooling over the words -> linear classifier. The loss follows
+    `config.problem_type` as in transformers: regression (MSE), single-label (cross-entropy) or multi-label
+    (binary cross-entropy), guessed from `num_labels` and the labels' dtype when unset.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = _check_num_labels(config, "ElmoForSequenceClassification")
+        self.elmo = ElmoModel(config)
+        self.task_encoder = ElmoTaskEncoder(config)
+        self.classifier = nn.Linear(2 * self.task_encoder.output_size, config.num_labels)
+        self.post_init()
+        self._apply_frozen_parameters()
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None, return_dict=None, **kwargs):
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
+                [`ElmoTokenizer`].
+            attention_mask (`torch.LongTensor` of shape `(batch, words)`, optional): 1 for words, 0 for padding.
+            labels (optional): `(batch,)` class ids (single-label), `(batch,)` or `(batch, 1)` floats (regression),
+                or `(batch, num_labels)` 0/1 floats (multi-label).
+            return_dict (bool, optional): return a [`SequenceClassifierOutput`] (default) or a tuple.
+
+        Returns:
+            [`SequenceClassifierOutput`] with `logits` of shape `(batch, num_labels)`.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        features, mask = _encode_words(self, input_ids, attention_mask)
+        valid = mask.unsqueeze(-1)  # (batch, words, 1)
+        maximum = features.masked_fill(~valid, torch.finfo(features.dtype).min).amax(dim=1)  # (batch, output_size)
+        mean = features.sum(dim=1) / valid.sum(dim=1)  # (batch, output_size)
+        logits = self.classifier(torch.cat([maximum, mean], dim=-1))  # (batch, num_labels)
+        loss = None
+        if labels is not None:
+            loss = _with_l2_penalty(self, self._classification_loss(logits, labels))
+        output = SequenceClassifierOutput(loss=loss, logits=logits)
+        return output if return_dict else output.to_tuple()
+
+    def _classification_loss(self, logits, labels):
+        if self.config.problem_type is None:
+            if self.num_labels == 1:
+                self.config.problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                self.config.problem_type = "single_label_classification"
+            else:
+                self.config.problem_type = "multi_label_classification"
+        if self.config.problem_type == "regression":
+            return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).reshape(logits.shape[0]))
+        if self.config.problem_type == "single_label_classification":
+            return F.cross_entropy(logits, labels.reshape(-1))
+        if tuple(labels.shape) != tuple(logits.shape):
+            raise ValueError(
+                f"multi-label labels must have shape {tuple(logits.shape)} (batch, num_labels), got {tuple(labels.shape)}"
+            )
+        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+
+
 __all__ = [
     "ElmoModel",
     "ElmoPreTrainedModel",
@@ -679,4 +1059,7 @@ __all__ = [
     "ElmoForPreTrainingOutput",
     "ElmoLogUniformSampler",
     "elmo_sampled_softmax_loss",
+    "ElmoScalarMix",
+    "ElmoForTokenClassification",
+    "ElmoForSequenceClassification",
 ]

@@ -404,10 +404,15 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if padding_strategy != PaddingStrategy.DO_NOT_PAD:
             target_length = self._padded_length(encoded["input_ids"], padding_strategy, max_length, pad_to_multiple_of)
             side = padding_side or self.padding_side
-            missing = [target_length - len(sentence) for sentence in encoded["input_ids"]]
+            lengths = [len(sentence) for sentence in encoded["input_ids"]]
             for key, values in encoded.items():
                 if key == "input_ids" or key in self.word_level_padding_values:
-                    encoded[key] = [self._pad_field(key, value, m, side) for value, m in zip(values, missing)]
+                    encoded[key] = [
+                        self._pad_field(key, value, target_length - words, side)
+                        if self._is_word_level(key, value, words)
+                        else value
+                        for value, words in zip(values, lengths)
+                    ]
         if not is_batched:
             encoded = {key: value[0] for key, value in encoded.items()}
         return ElmoBatchEncoding(encoded, tensor_type=return_tensors, prepend_batch_axis=False)
@@ -422,6 +427,13 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if pad_to_multiple_of:
             target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
         return target
+
+    def _is_word_level(self, key, value, words):
+        """Whether `value` holds one entry per word. `labels` are word ids only for a tokenizer with a word
+        vocabulary; classification heads' sentence labels pass through `pad` unchanged."""
+        if key == "labels" and self.word_vocab is None:
+            return False
+        return key == "input_ids" or (isinstance(value, (list, tuple)) and len(value) == words)
 
     def _pad_field(self, key, value, missing, side):
         if key == "input_ids":

@@ -126,3 +126,11 @@ def test_bad_input_names_the_position(tokenizer, text, kwargs, error, message):
 def test_char_ids_are_in_range(tokenizer):
     encoded = np.array(tokenizer([["x" * 100, "🙂", "\x00", "中文"]], is_split_into_words=True)["input_ids"])
     assert encoded.min() >= 1 and encoded.max() <= 261
+
+
+def test_pad_leaves_sentence_level_labels_alone(tokenizer):
+    features = [{**tokenizer(words, is_split_into_words=True), "labels": label}
+                for words, label in ((["a", "b", "c"], [1, 0]), (["d"], [0, 1]))]
+    batch = DataCollatorWithPadding(tokenizer)(features)
+    assert batch["labels"].tolist() == [[1, 0], [0, 1]]  # e.g. multi-label targets: not padded to the words
+    assert batch["input_ids"].shape == (2, 5, 20)

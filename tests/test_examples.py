@@ -1,0 +1,144 @@
+"""End-to-end runs of the Trainer examples on tiny generated data, and the shipped offline metric modules."""
+
+import csv
+import importlib.util
+import json
+import random
+
+import evaluate
+import pytest
+from conftest import REPO_ROOT, tiny_model
+from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+from elmo_hf import ElmoTokenizer
+from elmo_hf.metrics import metric_path
+
+COMMON_ARGUMENTS = [
+    "--do_train", "--do_eval", "--do_predict", "--num_train_epochs", "2", "--learning_rate", "1e-2",
+    "--per_device_train_batch_size", "8", "--eval_strategy", "epoch", "--save_strategy", "epoch",
+    "--load_best_model_at_end", "--save_total_limit", "1", "--report_to", "none", "--use_cpu",
+    "--classifier_dropout", "0.0", "--task_encoder_hidden_size", "8", "--disable_tqdm", "true",
+]  # fmt: skip
+
+
+def load_example(name):
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def bilm_dir(tmp_path):
+    directory = tmp_path / "bilm"
+    tiny_model().save_pretrained(directory)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(directory)
+    return directory
+
+
+def write_conll(path, sentences):
+    path.write_text("-DOCSTART- O\n\n" + "\n\n".join("\n".join(f"{w} X {t}" for w, t in s) for s in sentences) + "\n")
+
+
+def ner_sentences(count, seed):
+    rng = random.Random(seed)
+    sentences = []
+    for _ in range(count):
+        sentence = []
+        for _ in range(rng.randint(2, 5)):
+            if rng.random() < 0.3:
+                sentence += [(rng.choice(["John", "Mary"]), "B-PER"), (rng.choice(["Smith", "Jones"]), "I-PER")]
+            else:
+                sentence.append((rng.choice(["went", "to", "the", "city", "and", "saw"]), "O"))
+        sentences.append(sentence)
+    return sentences
+
+
+def test_token_classification_example_end_to_end(tmp_path, bilm_dir):
+    for name, seed in (("train", 1), ("dev", 2), ("test", 3)):
+        write_conll(tmp_path / f"{name}.conll", ner_sentences(24, seed))
+    output_dir = tmp_path / "out"
+    example = load_example("run_token_classification")
+    example.main([
+        "--model_name_or_path", str(bilm_dir), "--train_file", str(tmp_path / "train.conll"),
+        "--validation_file", str(tmp_path / "dev.conll"), "--test_file", str(tmp_path / "test.conll"),
+        "--output_dir", str(output_dir), "--metric_for_best_model", "f1", "--use_crf", "true", *COMMON_ARGUMENTS,
+    ])  # fmt: skip
+    results = json.loads((output_dir / "test_results.json").read_text())
+    assert 0.0 <= results["test_f1"] <= 1.0 and "test_precision" in results
+    predictions = (output_dir / "test_predictions.txt").read_text().strip().split("\n\n")
+    test_sentences = ner_sentences(24, 3)
+    assert len(predictions) == len(test_sentences)
+    first = [line.split() for line in predictions[0].splitlines()]
+    assert [(w, g) for w, g, _ in first] == test_sentences[0]
+    model = AutoModelForTokenClassification.from_pretrained(output_dir)
+    assert model.config.use_crf and sorted(model.config.label2id) == ["B-PER", "I-PER", "O"]
+
+    # A trained tagger keeps its tags: a tag it never saw is an error naming the example and the word.
+    write_conll(tmp_path / "new.conll", [[("Paris", "B-LOC")]])
+    with pytest.raises(ValueError, match=r"test example 0, word 0 \('Paris'\): unknown tag 'B-LOC'; the model knows"):
+        example.main([
+            "--model_name_or_path", str(output_dir), "--test_file", str(tmp_path / "new.conll"),
+            "--output_dir", str(tmp_path / "out2"), "--do_predict", "--report_to", "none",
+        ])  # fmt: skip
+
+
+def test_token_classification_example_rejects_mismatched_tags(tmp_path, bilm_dir):
+    (tmp_path / "train.jsonl").write_text(json.dumps({"tokens": ["a", "b"], "ner_tags": ["O"]}) + "\n")
+    with pytest.raises(ValueError, match="train example 0: 2 words but 1 tags"):
+        load_example("run_token_classification").main([
+            "--model_name_or_path", str(bilm_dir), "--train_file", str(tmp_path / "train.jsonl"),
+            "--output_dir", str(tmp_path / "out"), "--do_train", "--report_to", "none",
+        ])  # fmt: skip
+
+
+def test_text_classification_example_end_to_end(tmp_path, bilm_dir):
+    rng = random.Random(0)
+    for name in ("train", "dev", "test"):
+        with open(tmp_path / f"{name}.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["text", "label"])
+            for _ in range(24):
+                negative = rng.random() < 0.5
+                words = rng.choices(["the", "cat", "sat", "on", "a", "mat"], k=4) + (["not"] if negative else [])
+                writer.writerow([" ".join(rng.sample(words, len(words))) + ".", "neg" if negative else "pos"])
+    output_dir = tmp_path / "out"
+    load_example("run_text_classification").main([
+        "--model_name_or_path", str(bilm_dir), "--train_file", str(tmp_path / "train.csv"),
+        "--validation_file", str(tmp_path / "dev.csv"), "--test_file", str(tmp_path / "test.csv"),
+        "--output_dir", str(output_dir), "--metric_for_best_model", "macro_f1", *COMMON_ARGUMENTS,
+    ])  # fmt: skip
+    results = json.loads((output_dir / "test_results.json").read_text())
+    assert {"test_accuracy", "test_macro_f1"} <= set(results)
+    lines = (output_dir / "test_predictions.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 25
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"neg", "pos"}
+    model = AutoModelForSequenceClassification.from_pretrained(output_dir)
+    assert model.config.id2label == {0: "neg", 1: "pos"}
+
+
+def test_seqeval_f1_counts_whole_entities():
+    metric = evaluate.load(metric_path("seqeval_f1"))
+    scores = metric.compute(
+        predictions=[["B-PER", "I-PER", "O", "B-LOC"], ["O", "I-ORG", "O"]],
+        references=[["B-PER", "I-PER", "O", "B-ORG"], ["O", "B-ORG", "O"]],
+    )
+    # Gold: PER(0-2), ORG(3), ORG(1). Predicted: PER(0-2), LOC(3), ORG(1) (I- after O starts an entity).
+    assert scores["PER"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "number": 1}
+    assert scores["ORG"]["recall"] == 0.5 and scores["ORG"]["precision"] == 1.0
+    assert scores["precision"] == pytest.approx(2 / 3) and scores["recall"] == pytest.approx(2 / 3)
+    assert scores["accuracy"] == pytest.approx(5 / 7)
+    with pytest.raises(ValueError, match="tag 'X-PER' at position 0 is not an IOB tag"):
+        metric.compute(predictions=[["X-PER"]], references=[["O"]])
+
+
+def test_classification_f1_is_macro_averaged():
+    scores = evaluate.load(metric_path("classification_f1")).compute(predictions=[0, 1, 1, 2], references=[0, 1, 2, 2])
+    # Per-class F1: 1, 2/3, 2/3.
+    assert scores["accuracy"] == 0.75
+    assert scores["macro_f1"] == pytest.approx((1 + 2 / 3 + 2 / 3) / 3)
+
+
+def test_unknown_metric_name():
+    with pytest.raises(ValueError, match="unknown metric 'seqeval'"):
+        metric_path("seqeval")
