@@ -73,9 +73,20 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids):
         """char_ids: (words, max_characters_per_token) -> (words, projection_dim)."""
-        chars = self.char_embedding(char_ids).transpose(1, 2)  # (words, char_dim, chars)
-        # Each filter bank: convolution over the characters, max over positions, then the activation.
-        features = [self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions]
+        chars = self.char_embedding(char_ids)  # (words, chars, char_dim)
+        words, _, char_dim = chars.shape
+        # Each filter bank: convolution over the characters, max over positions, then the activation. The
+        # convolution runs as one matrix product over all windows of `width` characters (faster than conv1d on
+        # these shapes); the Conv1d modules only hold the weights.
+        features = []
+        for conv in self.convolutions:
+            count, _, width = conv.weight.shape
+            windows = chars.unfold(1, width, 1)  # (words, positions, char_dim, width)
+            positions = windows.shape[1]
+            responses = torch.addmm(
+                conv.bias, windows.reshape(words * positions, char_dim * width), conv.weight.view(count, -1).t()
+            ).view(words, positions, count)
+            features.append(self.activation(responses.amax(dim=1)))
         token = torch.cat(features, dim=-1)  # (words, num_filters)
         for highway in self.highways:
             token = highway(token)
@@ -128,7 +139,8 @@ class ElmoBiLstmLayer(nn.Module):
         recurrent_weight = self.recurrent_weight.transpose(1, 2)  # (2, projection_dim, 4 * lstm_dim)
         projection_weight = self.projection_weight.transpose(1, 2)  # (2, lstm_dim, projection_dim)
 
-        outputs, ended_cells, ended_hiddens = [], [], []
+        outputs = hidden.new_zeros(directions, batch, steps, projection_weight.shape[-1])
+        ended_cells, ended_hiddens = [], []
         for step, active in enumerate(batch_sizes):
             if active < hidden.shape[1]:
                 # Rows past their last word leave the batch; their state is final.
@@ -143,13 +155,12 @@ class ElmoBiLstmLayer(nn.Module):
             hidden = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(cell), projection_weight)  # (2, active, proj)
             if self.proj_clip is not None:
                 hidden = hidden.clamp(-self.proj_clip, self.proj_clip)
-            outputs.append(F.pad(hidden, (0, 0, 0, batch - active)))  # (2, batch, projection_dim)
+            outputs[:, :active, step] = hidden
 
-        outputs += [hidden.new_zeros(directions, batch, hidden.shape[-1])] * (steps - len(outputs))
         # Rows that ended later sit earlier in the batch: put the ended pieces back in row order.
         final_cell = torch.cat([cell, *reversed(ended_cells)], dim=1)  # (2, batch, lstm_dim)
         final_hidden = torch.cat([hidden, *reversed(ended_hiddens)], dim=1)  # (2, batch, projection_dim)
-        return torch.stack(outputs, dim=2), (final_cell, final_hidden)  # (2, batch, steps, projection_dim)
+        return outputs, (final_cell, final_hidden)
 
 
 class ElmoBiLstm(nn.Module):
@@ -330,7 +341,9 @@ class ElmoModel(ElmoPreTrainedModel):
         lengths = mask.sum(dim=1)
 
         batch, words, _ = input_ids.shape
-        token_embeddings = self.character_encoder(input_ids[mask])  # (valid words, projection_dim)
+        # The character encoder runs once per distinct word of the batch (frequent words repeat a lot).
+        distinct_words, word_index = torch.unique(input_ids[mask], dim=0, return_inverse=True)
+        token_embeddings = self.character_encoder(distinct_words)[word_index]  # (valid words, projection_dim)
         token_layer = token_embeddings.new_zeros(batch, words, self.config.projection_dim)
         token_layer = token_layer.masked_scatter(mask.unsqueeze(-1), token_embeddings)  # (batch, words, proj)
         lstm_layers, final_state = self.encoder(token_layer, lengths, lstm_states)
