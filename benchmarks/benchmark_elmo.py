@@ -3,7 +3,7 @@
     python benchmarks/benchmark_elmo.py --peer-venv /path/to/peer-venv [--sizes small medium original]
         [--reps 3] [--rounds 1] [--threads 2] [--work-dir /tmp/elmo-bench]
 
-The workload (`workload.make_workload(512, seed=0)`), the timing harness (`benchlib.run_suite`) and the random
+The workload (`workload.make_workload(512, seed=0)`, or its first `--n-sent` sentences), the timing harness (`benchlib.run_suite`) and the random
 weights (`make_random_elmo.py`, the published hdf5 layout) come from the shared peer folder, `../shared/peer`
 relative to the repository (or `--peer-dir`). For each size this script
   1. writes random weights with make_random_elmo.py and converts them with our converter (`convert_hdf5`);
@@ -56,7 +56,7 @@ def worker(args):
         # Like allennlp's output: an average of all layers (a scalar mix with equal weights).
         return torch.stack(model(**batch, output_hidden_states=True).hidden_states).mean(0)
 
-    sentences = make_workload(512, seed=0)
+    sentences = make_workload(args.n_sent, seed=0)
     with torch.inference_mode():
         layers = model(**prep(sentences[:CHECK_SENTENCES]), output_hidden_states=True).hidden_states
     np.save(args.dump, torch.stack(layers)[:, :, 1:-1].numpy())  # (layers, batch, words, dim), boundaries cut
@@ -71,7 +71,7 @@ def worker(args):
 def run_ours(args, checkpoint, json_path, dump_path):
     command = [sys.executable, __file__, "--worker", str(checkpoint), "--json", str(json_path), "--dump",
                str(dump_path), "--reps", str(args.reps), "--threads", str(args.threads),
-               "--peer-dir", str(args.peer_dir)]
+               "--peer-dir", str(args.peer_dir), "--n-sent", str(args.n_sent)]
     subprocess.run(command, check=True, env=_environment(args))
     return json.loads(json_path.read_text())
 
@@ -79,7 +79,7 @@ def run_ours(args, checkpoint, json_path, dump_path):
 def run_peer(args, model_dir, json_path, dump_path):
     command = [str(args.peer_venv / "bin" / "python"), str(args.peer_dir / "bench_allennlp.py"), str(model_dir),
                "--json", str(json_path), "--dump-ref", str(dump_path), "--reps", str(args.reps),
-               "--threads", str(args.threads)]
+               "--threads", str(args.threads), "--n-sent", str(args.n_sent)]
     subprocess.run(command, check=True, env=_environment(args))
     return json.loads(json_path.read_text())
 
@@ -167,6 +167,8 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=3, help="repetitions per mode inside one process (median kept)")
     parser.add_argument("--rounds", type=int, default=1, help="alternating process rounds per side (best kept)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--n-sent", type=int, default=512,
+                        help="first N sentences of the shared workload (make_workload(N, seed=0) is a prefix of it)")
     parser.add_argument("--omp-wait", choices=["PASSIVE", "ACTIVE"], default=None,
                         help="OMP_WAIT_POLICY for both sides; PASSIVE stops idle OpenMP threads spinning, which "
                              "on an oversubscribed machine slows every 2-thread op several-fold")
