@@ -1,11 +1,11 @@
 """Time elmo_hf's ElmoModel against allennlp's ELMo on the same random weights and the same workload.
 
     python benchmarks/benchmark_elmo.py --peer-venv /path/to/peer-venv [--sizes small medium original]
-        [--reps 3] [--rounds 1] [--threads 2] [--work-dir /tmp/elmo-bench]
+        [--reps 3] [--rounds 1] [--threads 2] [--n-sent 512] [--omp-wait PASSIVE] [--work-dir /tmp/elmo-bench]
 
-The workload (`workload.make_workload(512, seed=0)`, or its first `--n-sent` sentences), the timing harness (`benchlib.run_suite`) and the random
-weights (`make_random_elmo.py`, the published hdf5 layout) come from the shared peer folder, `../shared/peer`
-relative to the repository (or `--peer-dir`). For each size this script
+The workload (`workload.make_workload(512, seed=0)`, or its first `--n-sent` sentences), the timing harness
+(`benchlib.run_suite`) and the random weights (`make_random_elmo.py`, the published hdf5 layout) come from the
+shared peer folder, `../shared/peer` relative to the repository (or `--peer-dir`). For each size this script
   1. writes random weights with make_random_elmo.py and converts them with our converter (`convert_hdf5`);
   2. times our model and, when a peer venv is given (see `setup_peervenv.sh` in the peer folder), allennlp's,
      each in its own process so that peak RSS figures do not mix; `--rounds 2` alternates the two processes

@@ -130,10 +130,8 @@ class ElmoBiLstmLayer(nn.Module):
             outputs `(2, words, projection_dim)` packed like `inputs`, and the state `(cell, hidden)` after each
             row's last step.
         """
-        # The input's share of the gates, for every step at once.
-        gate_inputs = torch.baddbmm(
-            self.bias.unsqueeze(1), inputs, self.input_weight.transpose(1, 2)
-        )  # (2, words, 4 * lstm_dim)
+        # The input's share of the gates, for every step at once: (2, words, 4 * lstm_dim).
+        gate_inputs = torch.baddbmm(self.bias.unsqueeze(1), inputs, self.input_weight.transpose(1, 2))
         recurrent_weight = self.recurrent_weight.transpose(1, 2)  # (2, projection_dim, 4 * lstm_dim)
         projection_weight = self.projection_weight.transpose(1, 2)  # (2, lstm_dim, projection_dim)
 
