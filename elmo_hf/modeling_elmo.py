@@ -76,9 +76,20 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids):
         """char_ids: (words, max_characters_per_token) -> (words, projection_dim)."""
-        chars = F.embedding(char_ids, self.char_embedding, padding_idx=0).transpose(1, 2)  # (words, char_dim, chars)
-        # Each filter bank: convolution over the characters, max over positions, then the activation.
-        features = [self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions]
+        chars = F.embedding(char_ids, self.char_embedding, padding_idx=0)  # (words, chars, char_dim)
+        words, _, char_dim = chars.shape
+        # Each filter bank: convolution over the characters, max over positions, then the activation. The
+        # convolution runs as one matrix product over all windows of `width` characters (faster than conv1d on
+        # these shapes); the Conv1d modules only hold the weights.
+        features = []
+        for conv in self.convolutions:
+            count, _, width = conv.weight.shape
+            windows = chars.unfold(1, width, 1)  # (words, positions, char_dim, width)
+            positions = windows.shape[1]
+            responses = torch.addmm(
+                conv.bias, windows.reshape(words * positions, char_dim * width), conv.weight.view(count, -1).t()
+            ).view(words, positions, count)
+            features.append(self.activation(responses.amax(dim=1)))
         token = torch.cat(features, dim=-1)  # (words, num_filters)
         for highway in self.highways:
             token = highway(token)
@@ -112,33 +123,33 @@ class ElmoBiLstmLayer(nn.Module):
     def forward(self, inputs, batch_sizes, cell, hidden):
         r"""
         Args:
-            inputs (`(2, batch, steps, input_dim)`): each direction's input, rows sorted by length (longest
-                first) and backward rows already reversed.
+            inputs (`(2, words, input_dim)`): each direction's input, packed step by step: the rows still running
+                at step 0, then at step 1, ... (rows sorted by length, longest first; backward rows reversed).
+                Padding is never stored, so it costs nothing.
             batch_sizes (list of ints, one per step): rows still running at each step (a prefix of the batch).
             cell (`(2, batch, lstm_dim)`), hidden (`(2, batch, projection_dim)`): the initial state.
 
         Returns:
-            outputs `(2, batch, steps, projection_dim)` (0 past each row's end), and the state `(cell, hidden)`
-            after each row's last step.
+            outputs `(2, words, projection_dim)` packed like `inputs`, and the state `(cell, hidden)` after each
+            row's last step.
         """
-        directions, batch, steps, input_dim = inputs.shape
-        # The input's share of the gates, for every step at once.
-        gate_inputs = torch.baddbmm(
-            self.bias.unsqueeze(1),  # (2, 1, 4 * lstm_dim)
-            inputs.reshape(directions, batch * steps, input_dim),
-            self.input_weight.transpose(1, 2),
-        ).view(directions, batch, steps, -1)  # (2, batch, steps, 4 * lstm_dim)
-        recurrent_weight = self.recurrent_weight.transpose(1, 2)  # (2, projection_dim, 4 * lstm_dim)
+        # The input's share of the gates, for every step at once: (2, words, 4 * lstm_dim).
+        gate_inputs = torch.baddbmm(self.bias.unsqueeze(1), inputs, self.input_weight.transpose(1, 2))
+        # A contiguous copy: the per-step product with a transposed view is several times slower at small batches.
+        recurrent_weight = self.recurrent_weight.transpose(1, 2).contiguous()  # (2, projection_dim, 4 * lstm_dim)
         projection_weight = self.projection_weight.transpose(1, 2)  # (2, lstm_dim, projection_dim)
 
-        outputs, ended_cells, ended_hiddens = [], [], []
-        for step, active in enumerate(batch_sizes):
+        outputs = inputs.new_empty(inputs.shape[0], inputs.shape[1], projection_weight.shape[-1])
+        ended_cells, ended_hiddens = [], []
+        start = 0  # where the current step's rows begin in the packed inputs and outputs
+        for active in batch_sizes:
             if active < hidden.shape[1]:
                 # Rows past their last word leave the batch; their state is final.
                 ended_cells.append(cell[:, active:])
                 ended_hiddens.append(hidden[:, active:])
                 cell, hidden = cell[:, :active], hidden[:, :active]
-            gates = torch.baddbmm(gate_inputs[:, :active, step], hidden, recurrent_weight)  # (2, active, 4 * lstm_dim)
+            step_rows = slice(start, start + active)
+            gates = torch.baddbmm(gate_inputs[:, step_rows], hidden, recurrent_weight)  # (2, active, 4 * lstm_dim)
             input_gate, forget_gate, cell_candidate, output_gate = gates.chunk(4, dim=-1)
             cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate)
             if self.cell_clip is not None:
@@ -146,13 +157,13 @@ class ElmoBiLstmLayer(nn.Module):
             hidden = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(cell), projection_weight)  # (2, active, proj)
             if self.proj_clip is not None:
                 hidden = hidden.clamp(-self.proj_clip, self.proj_clip)
-            outputs.append(F.pad(hidden, (0, 0, 0, batch - active)))  # (2, batch, projection_dim)
+            outputs[:, step_rows] = hidden
+            start += active
 
-        outputs += [hidden.new_zeros(directions, batch, hidden.shape[-1])] * (steps - len(outputs))
         # Rows that ended later sit earlier in the batch: put the ended pieces back in row order.
         final_cell = torch.cat([cell, *reversed(ended_cells)], dim=1)  # (2, batch, lstm_dim)
         final_hidden = torch.cat([hidden, *reversed(ended_hiddens)], dim=1)  # (2, batch, projection_dim)
-        return torch.stack(outputs, dim=2), (final_cell, final_hidden)  # (2, batch, steps, projection_dim)
+        return outputs, (final_cell, final_hidden)
 
 
 class ElmoBiLstm(nn.Module):
@@ -203,12 +214,14 @@ class ElmoBiLstm(nn.Module):
 
         forward_input = token_embeddings[order]  # (batch, words, projection_dim)
         backward_input = _gather_words(forward_input, reverse_index)
-        layer_input = torch.stack([forward_input, backward_input])  # (2, batch, words, projection_dim)
+        # Pack the valid words step by step (time-major), dropping the padding: see ElmoBiLstmLayer.forward.
+        packed = (positions < sorted_lengths.unsqueeze(1)).t()  # (words, batch)
+        layer_input = torch.stack([forward_input, backward_input]).transpose(1, 2)[:, packed]  # (2, valid, proj)
         layer_outputs, final_cells, final_hiddens = [], [], []
         for index, layer in enumerate(self.layers):
             output, (cell, hidden) = layer(
                 layer_input, batch_sizes, cells[index][:, order], hiddens[index][:, order]
-            )  # output: (2, batch, words, projection_dim)
+            )  # output: (2, valid words, projection_dim)
             if self.use_skip_connections and index > 0:
                 output = output + layer_input
             layer_outputs.append(output)
@@ -217,11 +230,14 @@ class ElmoBiLstm(nn.Module):
             layer_input = output
 
         restore = torch.argsort(order)
-        valid = (positions < lengths.unsqueeze(1)).unsqueeze(-1)  # (batch, words, 1)
         results = []
         for output in layer_outputs:
-            both = torch.cat([output[0], _gather_words(output[1], reverse_index)], dim=-1)  # (batch, words, 2 * proj)
-            results.append(both[restore] * valid)
+            padded = output.new_zeros(2, words, batch, output.shape[-1])
+            padded[:, packed] = output
+            padded = padded.transpose(1, 2)  # (2, batch, words, projection_dim), 0 at padded positions
+            # reverse_index keeps padded positions in place, so they stay 0.
+            both = torch.cat([padded[0], _gather_words(padded[1], reverse_index)], dim=-1)  # (batch, words, 2 * proj)
+            results.append(both[restore])
         final_state = (
             torch.stack(final_cells)[:, :, restore],  # (layers, 2, batch, lstm_dim)
             torch.stack(final_hiddens)[:, :, restore],  # (layers, 2, batch, projection_dim)
@@ -426,7 +442,9 @@ class ElmoModel(ElmoPreTrainedModel):
         lengths = mask.sum(dim=1)
 
         batch, words, _ = input_ids.shape
-        token_embeddings = self.character_encoder(input_ids[mask])  # (valid words, projection_dim)
+        # The character encoder runs once per distinct word of the batch (frequent words repeat a lot).
+        distinct_words, word_index = torch.unique(input_ids[mask], dim=0, return_inverse=True)
+        token_embeddings = self.character_encoder(distinct_words)[word_index]  # (valid words, projection_dim)
         token_layer = token_embeddings.new_zeros(batch, words, self.config.projection_dim)
         token_layer = token_layer.masked_scatter(mask.unsqueeze(-1), token_embeddings)  # (batch, words, proj)
         lstm_layers, final_state = self.encoder(token_layer, lengths, lstm_states)

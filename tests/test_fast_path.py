@@ -1,0 +1,127 @@
+"""The batched fast path of ElmoModel against a plain reference: one sentence at a time, one word at a time,
+one LSTM step at a time, with conv1d and matrix-vector products (float64, so only summation order differs)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import tiny_model
+
+
+def reference_sentence(model, char_ids, initial_state=None):
+    r"""
+    Every layer of one sentence and the final LSTM state, computed step by step.
+
+    Args:
+        model (`ElmoModel`): supplies the parameters.
+        char_ids (`(words, chars)`): the sentence's words, no padding.
+        initial_state (optional tuple `(cell (layers, 2, lstm_dim), hidden (layers, 2, projection_dim))`).
+
+    Returns:
+        layers `(num_lstm_layers + 1, words, 2 * projection_dim)` and the final `(cell, hidden)` state.
+    """
+    config, encoder = model.config, model.character_encoder
+    activation = torch.relu if config.activation == "relu" else torch.tanh
+    tokens = []
+    for word in char_ids:
+        chars = encoder.char_embedding[word].t()  # (char_dim, chars)
+        features = [activation(F.conv1d(chars[None], conv.weight, conv.bias)[0].max(dim=1).values)
+                    for conv in encoder.convolutions]
+        x = torch.cat(features)
+        for highway in encoder.highways:
+            gate = torch.sigmoid(highway.gate.weight @ x + highway.gate.bias)
+            x = gate * torch.relu(highway.transform.weight @ x + highway.transform.bias) + (1 - gate) * x
+        if encoder.projection is not None:
+            x = encoder.projection.weight @ x + encoder.projection.bias
+        tokens.append(x)
+    token = torch.stack(tokens)  # (words, projection_dim)
+
+    layers = [torch.cat([token, token], dim=-1)]
+    inputs = [token, token.flip(0)]
+    final_cells, final_hiddens = [], []
+    for index, layer in enumerate(model.encoder.layers):
+        outputs = []
+        for direction in (0, 1):
+            if initial_state is None:
+                cell = token.new_zeros(config.lstm_dim)
+                hidden = token.new_zeros(config.projection_dim)
+            else:
+                cell, hidden = initial_state[0][index, direction], initial_state[1][index, direction]
+            steps = []
+            for x in inputs[direction]:
+                gates = (layer.input_weight[direction] @ x + layer.recurrent_weight[direction] @ hidden
+                         + layer.bias[direction])
+                input_gate, forget_gate, candidate, output_gate = gates.chunk(4)
+                cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(candidate)
+                cell = cell.clamp(-config.cell_clip, config.cell_clip)
+                hidden = layer.projection_weight[direction] @ (torch.sigmoid(output_gate) * torch.tanh(cell))
+                hidden = hidden.clamp(-config.proj_clip, config.proj_clip)
+                steps.append(hidden)
+            output = torch.stack(steps)
+            if config.use_skip_connections and index > 0:
+                output = output + inputs[direction]
+            outputs.append(output)
+            final_cells.append(cell)
+            final_hiddens.append(hidden)
+        inputs = outputs
+        layers.append(torch.cat([outputs[0], outputs[1].flip(0)], dim=-1))
+    final_state = (torch.stack(final_cells).view(-1, 2, config.lstm_dim),
+                   torch.stack(final_hiddens).view(-1, 2, config.projection_dim))
+    return torch.stack(layers), final_state
+
+
+def random_batch(generator, batch, max_words, chars, vocabulary=7):
+    """Right-padded char ids drawn from a small random vocabulary (so words repeat), random lengths >= 1."""
+    words = torch.randint(1, 262, (vocabulary, chars), generator=generator)
+    words[:, chars // 2:] = 0  # words shorter than max_characters_per_token, as the tokenizer pads them
+    lengths = torch.randint(1, max_words + 1, (batch,), generator=generator)
+    lengths[0] = max_words
+    input_ids = torch.zeros(batch, max_words, chars, dtype=torch.long)
+    for row, length in enumerate(lengths.tolist()):
+        input_ids[row, :length] = words[torch.randint(0, vocabulary, (length,), generator=generator)]
+    return input_ids, lengths
+
+
+@pytest.mark.parametrize("skip, activation, with_state", [(True, "relu", False), (False, "tanh", True)])
+def test_fast_path_equals_step_by_step_reference(skip, activation, with_state):
+    model = tiny_model(seed=3, use_skip_connections=skip, activation=activation).double()
+    generator = torch.Generator().manual_seed(11)
+    input_ids, lengths = random_batch(generator, batch=6, max_words=9, chars=model.config.max_characters_per_token)
+    batch, layers = input_ids.shape[0], model.config.num_lstm_layers
+    state = None
+    if with_state:
+        state = (torch.randn(layers, 2, batch, model.config.lstm_dim, generator=generator, dtype=torch.float64),
+                 torch.randn(layers, 2, batch, model.config.projection_dim, generator=generator, dtype=torch.float64))
+
+    with torch.no_grad():
+        output = model(input_ids, output_hidden_states=True, lstm_states=state)
+        fast = torch.stack(output.hidden_states, dim=1)  # (batch, layers + 1, words, 2 * projection_dim)
+        for row, length in enumerate(lengths.tolist()):
+            row_state = None if state is None else (state[0][:, :, row], state[1][:, :, row])
+            expected, (cell, hidden) = reference_sentence(model, input_ids[row, :length], row_state)
+            torch.testing.assert_close(fast[row, :, :length], expected, rtol=0, atol=1e-10)
+            assert torch.all(fast[row, :, length:] == 0)
+            torch.testing.assert_close(output.lstm_states[0][:, :, row], cell, rtol=0, atol=1e-10)
+            torch.testing.assert_close(output.lstm_states[1][:, :, row], hidden, rtol=0, atol=1e-10)
+
+
+def test_fast_path_gradients_equal_reference():
+    model = tiny_model(seed=5).double()
+    generator = torch.Generator().manual_seed(2)
+    input_ids, lengths = random_batch(generator, batch=4, max_words=6, chars=model.config.max_characters_per_token)
+    weights = torch.randn(4, model.config.num_lstm_layers + 1, 6, 2 * model.config.projection_dim,
+                          generator=generator, dtype=torch.float64)
+
+    model.zero_grad()
+    fast = torch.stack(model(input_ids, output_hidden_states=True).hidden_states, dim=1)
+    (fast * weights).sum().backward()
+    fast_gradients = {name: parameter.grad.clone() for name, parameter in model.named_parameters()}
+
+    model.zero_grad()
+    loss = 0
+    for row, length in enumerate(lengths.tolist()):
+        expected, _ = reference_sentence(model, input_ids[row, :length])
+        loss = loss + (expected * weights[row, :, :length]).sum()
+    loss.backward()
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(fast_gradients[name], parameter.grad, rtol=0, atol=1e-9, msg=name)
