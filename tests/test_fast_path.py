@@ -24,7 +24,7 @@ def reference_sentence(model, char_ids, initial_state=None):
     activation = torch.relu if config.activation == "relu" else torch.tanh
     tokens = []
     for word in char_ids:
-        chars = encoder.char_embedding[word].t()  # (char_dim, chars)
+        chars = F.embedding(word, encoder.char_embedding, padding_idx=0).t()  # (char_dim, chars)
         features = [activation(F.conv1d(chars[None], conv.weight, conv.bias)[0].max(dim=1).values)
                     for conv in encoder.convolutions]
         x = torch.cat(features)
