@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import string
+import tempfile
 
 TEMPLATE_PATH = pathlib.Path(__file__).with_name("model_card.md")
 CONVERSION_REPORT_NAME = "conversion_report.json"
@@ -96,3 +97,25 @@ def _parity(report):
         f"{report['verification_max_abs_difference']:.2e} (the conversion fails above "
         f"{report['verification_atol']:g})."
     )
+
+
+def upload_model_card_if_missing(model, repo_id, *, token=None, private=None, revision=None):
+    """Create `repo_id` when needed and, if it has no README.md yet, upload this package's card for `model`, so
+    that transformers' `push_to_hub` (which keeps an existing card) publishes it instead of a generic one.
+    Returns the full repo id."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+    if api.file_exists(repo_id, "README.md", revision=revision):
+        return repo_id
+    with tempfile.TemporaryDirectory() as card_directory:
+        path = write_model_card(card_directory, model, repo_id, revision=revision)
+        api.upload_file(
+            path_or_fileobj=path,
+            path_in_repo="README.md",
+            repo_id=repo_id,
+            revision=revision,
+            commit_message="Add the elmo-hf model card",
+        )
+    return repo_id

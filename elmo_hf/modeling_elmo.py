@@ -5,6 +5,7 @@ PyTorch conventions (gate order i, f, g, o; no hidden forget bias; weights as `(
 TensorFlow quirk is undone once, in `conversion/convert_elmo_original_tf_to_hf.py`.
 """
 
+import importlib
 import math
 from dataclasses import dataclass
 
@@ -346,6 +347,18 @@ class ElmoPreTrainedModel(PreTrainedModel):
         # Loading replaces parameters by new, trainable ones: freeze again what a head keeps fixed.
         model._apply_frozen_parameters()
         return (model, loading_info) if return_loading_info else model
+
+    def push_to_hub(self, repo_id, *args, **kwargs):
+        """transformers' `push_to_hub`; a repo without a model card first gets elmo-hf's generated card
+        (architecture, parameter count, usage code, citation) instead of a generic one. Copies of this file loaded
+        with `trust_remote_code` (no elmo-hf package) push with transformers' card."""
+        if type(self).__module__.startswith("elmo_hf."):
+            # Imported by name: transformers refuses remote code whose import statements name missing packages.
+            model_card = importlib.import_module("elmo_hf.model_card")
+            repo_id = model_card.upload_model_card_if_missing(
+                self, repo_id, token=kwargs.get("token"), private=kwargs.get("private"), revision=kwargs.get("revision")
+            )
+        return super().push_to_hub(repo_id, *args, **kwargs)
 
     def _apply_frozen_parameters(self):
         if isinstance(getattr(self, "elmo", None), ElmoModel) and self.config.freeze_bilm:

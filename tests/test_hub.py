@@ -134,6 +134,16 @@ def test_push_to_hub_of_model_and_tokenizer_and_a_second_push_updates_the_revisi
     assert isinstance(loaded_tokenizer, ElmoTokenizer) and loaded_tokenizer.max_characters_per_token == 20
 
 
+def test_push_to_hub_of_a_new_repo_publishes_the_elmo_model_card(loopback_hub):
+    model = tiny_model(seed=0)
+    model.push_to_hub("elmo-org/fresh")
+    card = open(hf_hub_download("elmo-org/fresh", "README.md"), encoding="utf-8").read()
+    assert "## Architecture" in card and f"{model.num_parameters():,}" in card
+    assert 'AutoModel.from_pretrained("elmo-org/fresh", trust_remote_code=True)' in card
+    assert "This checkpoint was not written by the converter" in card
+    assert "automatically generated" not in card  # not transformers' generic card
+
+
 def test_push_to_hub_keeps_the_model_card_of_a_converted_repo(loopback_hub, tmp_path):
     options, weights = write_random_bilm_tf_files(tmp_path, "elmo_random", tiny_config())
     converter.main(["--options", str(options), "--weights", str(weights), "--output-dir", str(tmp_path / "out"),
