@@ -12,6 +12,7 @@ from transformers import (
     AutoModelForTokenClassification,
     AutoTokenizer,
 )
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import (
@@ -26,6 +27,7 @@ from .modeling_elmo import (
 )
 from .tokenization_elmo import ElmoTokenizer
 from .embedder import ElmoEmbedder, ElmoTokenCache  # noqa: E402  (after the model classes it uses)
+from .pipelines import ElmoTokenClassificationPipeline
 
 __version__ = "0.1.0"
 
@@ -43,6 +45,11 @@ AutoModelForSequenceClassification.register(ElmoConfig, ElmoForSequenceClassific
 ElmoForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 ElmoForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 
+# pipeline("token-classification") (alias "ner") gets a subclass that reads ElmoTokenizer's word-level input and is
+# the stock pipeline for every other tokenizer. Only the class is swapped: the task's default model, model classes
+# and type stay (register_pipeline would also log an "Overwriting" warning at every import).
+PIPELINE_REGISTRY.supported_tasks["token-classification"]["impl"] = ElmoTokenClassificationPipeline
+
 __all__ = [
     "ElmoConfig",
     "ElmoModel",
@@ -56,4 +63,5 @@ __all__ = [
     "ElmoScalarMix",
     "ElmoForTokenClassification",
     "ElmoForSequenceClassification",
+    "ElmoTokenClassificationPipeline",
 ]

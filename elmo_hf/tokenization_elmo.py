@@ -131,6 +131,11 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         )
 
     @property
+    def is_fast(self):
+        """ElmoTokenizer is pure Python (transformers' "slow" tokenizer kind); pipelines check this."""
+        return False
+
+    @property
     def pad_token_id(self):
         """A padding word is a row of zeros: its character id is 0."""
         return 0
