@@ -136,21 +136,21 @@ class ElmoBiLstmLayer(nn.Module):
         """
         # The input's share of the gates, for every step at once: (2, words, 4 * lstm_dim).
         gate_inputs = torch.baddbmm(self.bias.unsqueeze(1), inputs, self.input_weight.transpose(1, 2))
+        # One view per step: backward then joins the steps' gradients once, where slicing the whole tensor at every
+        # step would fill a zero gradient of its full size per step.
+        step_gate_inputs = gate_inputs.split(batch_sizes, dim=1)  # steps x (2, active, 4 * lstm_dim)
         # A contiguous copy: the per-step product with a transposed view is several times slower at small batches.
         recurrent_weight = self.recurrent_weight.transpose(1, 2).contiguous()  # (2, projection_dim, 4 * lstm_dim)
         projection_weight = self.projection_weight.transpose(1, 2)  # (2, lstm_dim, projection_dim)
 
-        outputs = inputs.new_empty(inputs.shape[0], inputs.shape[1], projection_weight.shape[-1])
-        ended_cells, ended_hiddens = [], []
-        start = 0  # where the current step's rows begin in the packed inputs and outputs
-        for active in batch_sizes:
+        outputs, ended_cells, ended_hiddens = [], [], []
+        for active, step_gate_input in zip(batch_sizes, step_gate_inputs):
             if active < hidden.shape[1]:
                 # Rows past their last word leave the batch; their state is final.
                 ended_cells.append(cell[:, active:])
                 ended_hiddens.append(hidden[:, active:])
                 cell, hidden = cell[:, :active], hidden[:, :active]
-            step_rows = slice(start, start + active)
-            gates = torch.baddbmm(gate_inputs[:, step_rows], hidden, recurrent_weight)  # (2, active, 4 * lstm_dim)
+            gates = torch.baddbmm(step_gate_input, hidden, recurrent_weight)  # (2, active, 4 * lstm_dim)
             input_gate, forget_gate, cell_candidate, output_gate = gates.chunk(4, dim=-1)
             cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate)
             if self.cell_clip is not None:
@@ -158,13 +158,12 @@ class ElmoBiLstmLayer(nn.Module):
             hidden = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(cell), projection_weight)  # (2, active, proj)
             if self.proj_clip is not None:
                 hidden = hidden.clamp(-self.proj_clip, self.proj_clip)
-            outputs[:, step_rows] = hidden
-            start += active
+            outputs.append(hidden)
 
         # Rows that ended later sit earlier in the batch: put the ended pieces back in row order.
         final_cell = torch.cat([cell, *reversed(ended_cells)], dim=1)  # (2, batch, lstm_dim)
         final_hidden = torch.cat([hidden, *reversed(ended_hiddens)], dim=1)  # (2, batch, projection_dim)
-        return outputs, (final_cell, final_hidden)
+        return torch.cat(outputs, dim=1), (final_cell, final_hidden)  # outputs packed like inputs
 
 
 class ElmoBiLstm(nn.Module):
@@ -553,7 +552,8 @@ class ElmoLogUniformSampler:
 
     def __init__(self, vocab_size):
         self.vocab_size = vocab_size
-        ids = torch.arange(vocab_size, dtype=torch.float64)
+        # On the CPU even when the model is built on the meta device (from_pretrained): this is no parameter.
+        ids = torch.arange(vocab_size, dtype=torch.float64, device="cpu")
         self.log_probabilities = torch.log(torch.log1p(1.0 / (ids + 1.0)) / math.log(vocab_size + 1.0))  # (V,)
 
     def sample(self, num_sampled, generator=None):
