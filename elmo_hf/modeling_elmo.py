@@ -126,6 +126,9 @@ class ElmoBiLstmLayer(nn.Module):
             inputs.reshape(directions, batch * steps, input_dim),
             self.input_weight.transpose(1, 2),
         ).view(directions, batch, steps, -1)  # (2, batch, steps, 4 * lstm_dim)
+        # One view per step: the backward pass then stacks the steps' gradients once, where indexing the whole
+        # tensor at every step would fill a zero gradient of its full size per step.
+        step_inputs = gate_inputs.unbind(2)  # steps x (2, batch, 4 * lstm_dim)
         recurrent_weight = self.recurrent_weight.transpose(1, 2)  # (2, projection_dim, 4 * lstm_dim)
         projection_weight = self.projection_weight.transpose(1, 2)  # (2, lstm_dim, projection_dim)
 
@@ -136,7 +139,7 @@ class ElmoBiLstmLayer(nn.Module):
                 ended_cells.append(cell[:, active:])
                 ended_hiddens.append(hidden[:, active:])
                 cell, hidden = cell[:, :active], hidden[:, :active]
-            gates = torch.baddbmm(gate_inputs[:, :active, step], hidden, recurrent_weight)  # (2, active, 4 * lstm_dim)
+            gates = torch.baddbmm(step_inputs[step][:, :active], hidden, recurrent_weight)  # (2, active, 4 * lstm_dim)
             input_gate, forget_gate, cell_candidate, output_gate = gates.chunk(4, dim=-1)
             cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate)
             if self.cell_clip is not None:

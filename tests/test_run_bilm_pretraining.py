@@ -5,6 +5,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -136,8 +137,15 @@ def test_two_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path):
         *map(str, arguments), "--output_dir", str(tmp_path / "ddp"), "--per_device_train_batch_size", "2",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
+    # Its own process group, so that a hung run's worker processes are killed with it.
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        _, stderr = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    assert process.returncode == 0, stderr[-3000:]
     rank0, rank1 = load_file(tmp_path / "ddp" / "rank0.safetensors"), load_file(tmp_path / "ddp" / "rank1.safetensors")
     for name, tensor in single.model.state_dict().items():
         assert torch.equal(rank0[name], rank1[name]), name
