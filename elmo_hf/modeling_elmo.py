@@ -419,7 +419,8 @@ class ElmoLogUniformSampler:
 
     def __init__(self, vocab_size):
         self.vocab_size = vocab_size
-        ids = torch.arange(vocab_size, dtype=torch.float64)
+        # On the CPU even when the model is built on the meta device (from_pretrained): this is no parameter.
+        ids = torch.arange(vocab_size, dtype=torch.float64, device="cpu")
         self.log_probabilities = torch.log(torch.log1p(1.0 / (ids + 1.0)) / math.log(vocab_size + 1.0))  # (V,)
 
     def sample(self, num_sampled, generator=None):

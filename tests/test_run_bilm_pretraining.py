@@ -163,10 +163,10 @@ def test_fine_tuning_a_checkpoint_without_softmax_adds_one_over_the_new_vocabula
     encoder.save_pretrained(tmp_path / "encoder")
     trainer = run(
         "--model_name_or_path", tmp_path / "encoder", "--train_file", text, "--output_dir", tmp_path / "tuned",
-        "--do_train", "--max_steps", 1, "--learning_rate", 0.0, "--save_strategy", "no",
+        "--do_train", "--max_steps", 1, "--learning_rate", 0.0, "--save_strategy", "no", "--num_sampled_negatives", 4,
     )
     vocab_size = len((tmp_path / "tuned" / "vocab.txt").read_text(encoding="utf-8").split())
-    assert trainer.model.config.vocab_size == trainer.model.config.num_sampled_negatives == vocab_size
+    assert trainer.model.config.vocab_size == vocab_size and trainer.model.config.num_sampled_negatives == 4
     for name, tensor in encoder.state_dict().items():
         assert torch.equal(trainer.model.elmo.state_dict()[name], tensor), name
 
