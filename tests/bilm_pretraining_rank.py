@@ -1,0 +1,27 @@
+"""Runs examples/run_bilm_pretraining.py's main on one process of a `torchrun` group (or alone), then writes this
+process's weights to `<output_dir>/rank<N>.safetensors` and its logged history to `<output_dir>/rank<N>.json`, so
+that tests can compare the processes' weights and losses.
+
+    python -m torch.distributed.run --nproc_per_node 2 tests/bilm_pretraining_rank.py <script arguments>
+"""
+
+import json
+import os
+import pathlib
+import sys
+
+from safetensors.torch import save_file
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "examples")]
+
+import run_bilm_pretraining  # noqa: E402
+
+if __name__ == "__main__":
+    trainer = run_bilm_pretraining.main(sys.argv[1:])
+    rank = trainer.args.process_index
+    output_dir = trainer.args.output_dir
+    save_file({name: tensor.contiguous() for name, tensor in trainer.model.state_dict().items()},
+              os.path.join(output_dir, f"rank{rank}.safetensors"))
+    with open(os.path.join(output_dir, f"rank{rank}.json"), "w", encoding="utf-8") as history:
+        json.dump(trainer.state.log_history, history)
