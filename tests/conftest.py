@@ -97,3 +97,13 @@ def loopback_only():
     with loopback_guard() as blocked:
         yield
     assert not blocked, f"connections to non-loopback addresses: {blocked}"
+
+
+@pytest.fixture
+def one_thread():
+    """Run a test on one torch thread: tiny models are all per-call overhead, which a second thread only adds to,
+    and on a busy machine two threads fight over the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

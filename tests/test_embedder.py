@@ -49,13 +49,7 @@ def read_output(path):
     return arrays, json.loads(arrays.pop("sentence_to_index")[0])
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models are all per-call overhead, which a second thread only adds to."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

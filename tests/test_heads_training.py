@@ -20,13 +20,7 @@ LEXICON.update({"sees": 2, "likes": 2, "eats": 2, "finds": 2, "big": 3, "red": 3
 WORDS = [*LEXICON, "run"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models train several times faster on one thread than with threads fighting over the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def pos_tag(words, index):
