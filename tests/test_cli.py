@@ -5,7 +5,9 @@ import json
 import numpy as np
 import pytest
 from conftest import tiny_model
-from test_embedder import ATOL, SENTENCES, direct_layers, one_thread, read_output, write_lines  # noqa: F401
+from test_embedder import ATOL, SENTENCES, direct_layers, read_output, write_lines
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 from elmo_hf import ElmoEmbedder, ElmoModel, cli
 
