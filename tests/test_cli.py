@@ -7,9 +7,9 @@ import pytest
 from conftest import tiny_model
 from test_embedder import ATOL, SENTENCES, direct_layers, read_output, write_lines
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 from elmo_hf import ElmoEmbedder, ElmoModel, cli
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
