@@ -43,6 +43,9 @@ class ElmoConfig(PreTrainedConfig):
         num_sampled_negatives (int, defaults to 8192, as the original): distinct negatives drawn per batch and
             direction by the sampled softmax used in training; at most `vocab_size` (which samples every class and
             equals the full softmax); 0 trains with the full softmax. Evaluation always uses the full softmax.
+        pretraining_dropout (float, defaults to 0.0): bilm-tf's training dropout, applied only by
+            [`ElmoForPreTraining`] in training mode: on every LSTM layer's input and on the softmax input. Never
+            applied when embedding or when training a task head.
 
     Task heads ([`ElmoForTokenClassification`], [`ElmoForSequenceClassification`]) read these fields; the biLM
     ignores them:
@@ -81,6 +84,7 @@ class ElmoConfig(PreTrainedConfig):
         initializer_range=0.02,
         vocab_size=0,
         num_sampled_negatives=8192,
+        pretraining_dropout=0.0,
         scalar_mix_initial_weights=None,
         scalar_mix_trainable=True,
         scalar_mix_do_layer_norm=False,
@@ -128,6 +132,7 @@ class ElmoConfig(PreTrainedConfig):
         self.initializer_range = initializer_range
         self.vocab_size = _non_negative_int("vocab_size", 0 if vocab_size is None else vocab_size)
         self.num_sampled_negatives = _non_negative_int("num_sampled_negatives", num_sampled_negatives)
+        self.pretraining_dropout = _probability("pretraining_dropout", pretraining_dropout)
         if self.vocab_size and self.num_sampled_negatives > self.vocab_size:
             raise ValueError(
                 f"num_sampled_negatives must be at most vocab_size ({self.vocab_size}) (0 trains with the full "
@@ -170,7 +175,8 @@ class ElmoConfig(PreTrainedConfig):
     def from_options_json(cls, options, **kwargs):
         """Build a config from bilm-tf's `options.json` (a path, or the already parsed dict).
 
-        Keys that only steer bilm-tf's training (dropout, batch_size, n_epochs, ...) are ignored; a missing
+        `dropout` becomes `pretraining_dropout`; other keys that only steer bilm-tf's training (batch_size,
+        n_epochs, ...) are ignored; a missing
         optional key takes bilm-tf's default (1 LSTM layer, no clipping, no skip connections). Extra keyword
         arguments override config fields.
         """
@@ -210,6 +216,7 @@ class ElmoConfig(PreTrainedConfig):
             cell_clip=lstm.get("cell_clip"),
             proj_clip=lstm.get("proj_clip"),
             use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+            pretraining_dropout=options.get("dropout", 0.0),
         )
         option_names = {
             "char_embedding_dim": "char_cnn.embedding.dim",
@@ -223,6 +230,7 @@ class ElmoConfig(PreTrainedConfig):
             "cell_clip": "lstm.cell_clip",
             "proj_clip": "lstm.proj_clip",
             "use_skip_connections": "lstm.use_skip_connections",
+            "pretraining_dropout": "dropout",
         }
         fields.update(kwargs)
         try:
@@ -245,6 +253,7 @@ class ElmoConfig(PreTrainedConfig):
                 "proj_clip": self.proj_clip,
                 "use_skip_connections": self.use_skip_connections,
             },
+            "dropout": self.pretraining_dropout,
             "char_cnn": {
                 "embedding": {"dim": self.char_embedding_dim},
                 "filters": self.filters,

@@ -181,13 +181,14 @@ class ElmoBiLstm(nn.Module):
         self.lstm_dim = config.lstm_dim
         self.projection_dim = config.projection_dim
 
-    def forward(self, token_embeddings, lengths, lstm_states=None):
+    def forward(self, token_embeddings, lengths, lstm_states=None, dropout=0.0):
         r"""
         Args:
             token_embeddings (`(batch, words, projection_dim)`): right-padded word representations.
             lengths (`(batch,)`): valid words per row.
             lstm_states (optional tuple `(cell, hidden)` of shapes `(layers, 2, batch, lstm_dim)` and
                 `(layers, 2, batch, projection_dim)`): the state to start from; zeros when None.
+            dropout (float): dropout probability on every layer's input (the residual adds the dropped input).
 
         Returns:
             a list with each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at
@@ -219,6 +220,8 @@ class ElmoBiLstm(nn.Module):
         layer_input = torch.stack([forward_input, backward_input]).transpose(1, 2)[:, packed]  # (2, valid, proj)
         layer_outputs, final_cells, final_hiddens = [], [], []
         for index, layer in enumerate(self.layers):
+            if dropout:
+                layer_input = F.dropout(layer_input, dropout, training=True)
             output, (cell, hidden) = layer(
                 layer_input, batch_sizes, cells[index][:, order], hiddens[index][:, order]
             )  # output: (2, valid words, projection_dim)
@@ -430,6 +433,7 @@ class ElmoModel(ElmoPreTrainedModel):
         output_hidden_states=None,
         return_dict=None,
         lstm_states=None,
+        lstm_dropout=0.0,
         **kwargs,
     ):
         r"""
@@ -442,6 +446,8 @@ class ElmoModel(ElmoPreTrainedModel):
             return_dict (bool, optional): return an [`ElmoModelOutput`] (default) or a tuple.
             lstm_states (tuple `(cell, hidden)`, optional): continue each row from this LSTM state (the
                 `lstm_states` of the previous output, same batch size) instead of from zeros.
+            lstm_dropout (float, defaults to 0.0): dropout on every LSTM layer's input, applied whatever the
+                module's mode; [`ElmoForPreTraining`] passes `config.pretraining_dropout` while training.
 
         Returns:
             [`ElmoModelOutput`].
@@ -459,7 +465,7 @@ class ElmoModel(ElmoPreTrainedModel):
         token_embeddings = self.character_encoder(distinct_words)[word_index]  # (valid words, projection_dim)
         token_layer = token_embeddings.new_zeros(batch, words, self.config.projection_dim)
         token_layer = token_layer.masked_scatter(mask.unsqueeze(-1), token_embeddings)  # (batch, words, proj)
-        lstm_layers, final_state = self.encoder(token_layer, lengths, lstm_states)
+        lstm_layers, final_state = self.encoder(token_layer, lengths, lstm_states, dropout=lstm_dropout)
 
         hidden_states = (torch.cat([token_layer, token_layer], dim=-1), *lstm_layers)  # each (batch, words, 2*proj)
         output = ElmoModelOutput(
@@ -657,8 +663,13 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             [`ElmoForPreTrainingOutput`].
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        outputs = self.elmo(input_ids, attention_mask=attention_mask, lstm_states=lstm_states, return_dict=True)
+        dropout = self.config.pretraining_dropout if self.training else 0.0
+        outputs = self.elmo(
+            input_ids, attention_mask=attention_mask, lstm_states=lstm_states, lstm_dropout=dropout, return_dict=True
+        )
         top = outputs.last_hidden_state  # (batch, W, 2 * projection_dim)
+        if dropout:
+            top = F.dropout(top, dropout, training=True)
         forward_states, backward_states = top.split(self.config.projection_dim, dim=-1)  # each (batch, W, proj)
 
         loss = forward_loss = backward_loss = None

@@ -73,6 +73,11 @@ class ModelArguments:
         metadata={"help": "sampled softmax negatives in training (0: full softmax); default 8192 capped at the "
                   "vocabulary size from scratch, the checkpoint's value when fine-tuning"},
     )
+    pretraining_dropout: float | None = field(
+        default=None,
+        metadata={"help": "dropout on each LSTM layer's input and the softmax input while training (bilm-tf: "
+                  "0.1); default 0 from scratch, the checkpoint's value when fine-tuning"},
+    )
 
 
 @dataclass
@@ -333,6 +338,8 @@ def load_model(model_args, vocab_size):
             overrides["num_sampled_negatives"] = min(config.num_sampled_negatives, vocab_size)
         if model_args.num_sampled_negatives is not None:
             overrides["num_sampled_negatives"] = model_args.num_sampled_negatives
+        if model_args.pretraining_dropout is not None:
+            overrides["pretraining_dropout"] = model_args.pretraining_dropout
         return ElmoForPreTraining.from_pretrained(model_args.model_name_or_path, **overrides)
     num_sampled = model_args.num_sampled_negatives
     config = ElmoConfig(
@@ -347,6 +354,7 @@ def load_model(model_args, vocab_size):
         proj_clip=model_args.proj_clip,
         vocab_size=vocab_size,
         num_sampled_negatives=min(8192, vocab_size) if num_sampled is None else num_sampled,
+        pretraining_dropout=model_args.pretraining_dropout or 0.0,
     )
     return ElmoForPreTraining(config)
 

@@ -24,13 +24,23 @@ def test_from_options_json_reads_every_field(fixtures_dir):
     assert no_skip.use_skip_connections is False
 
 
+def test_training_dropout_option_becomes_pretraining_dropout(fixtures_dir):
+    options = json.loads((fixtures_dir / "tiny_char_bilm_ckpt" / "options.json").read_text())
+    assert ElmoConfig.from_options_json(options).pretraining_dropout == options.get("dropout", 0.0)
+    options["dropout"] = 0.25
+    assert ElmoConfig.from_options_json(options).pretraining_dropout == 0.25
+    options["dropout"] = 1.0
+    with pytest.raises(ValueError, match=r"options 'dropout': pretraining_dropout must be a number in \[0, 1\), got 1.0"):
+        ElmoConfig.from_options_json(options)
+
+
 def test_training_options_with_261_characters_are_accepted(fixtures_dir):
     config = ElmoConfig.from_options_json(fixtures_dir / "tiny_char_bilm_ckpt" / "options.json")
     assert config.num_characters == 262 and config.lstm_dim == 32
 
 
 def test_options_round_trip():
-    config = ElmoConfig(lstm_dim=64, projection_dim=16, filters=[[1, 4]], cell_clip=None)
+    config = ElmoConfig(lstm_dim=64, projection_dim=16, filters=[[1, 4]], cell_clip=None, pretraining_dropout=0.1)
     again = ElmoConfig.from_options_json(json.loads(json.dumps(config.to_options_json())))
     assert again.to_dict() == config.to_dict()
 

@@ -82,6 +82,33 @@ def test_padding_does_not_change_the_loss(lm_tokenizer):
     assert torch.allclose(single.loss, both.loss, atol=1e-6)
 
 
+def test_pretraining_dropout_applies_only_to_the_lm_in_training_mode(lm_tokenizer):
+    batch = lm_tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_word_labels=True,
+                         return_tensors="pt")
+    plain = tiny_lm(num_sampled_negatives=0)
+    dropped = tiny_lm(num_sampled_negatives=0, pretraining_dropout=0.5)
+    # Evaluation and embedding never drop anything.
+    assert torch.equal(dropped(**batch).loss, plain(**batch).loss)
+    dropped.train()
+    embedded = dropped.elmo(batch["input_ids"]).last_hidden_state
+    assert torch.equal(embedded, plain.elmo(batch["input_ids"]).last_hidden_state)
+    # Training drops each LSTM layer's input and the softmax input, in that order of random draws.
+    torch.manual_seed(3)
+    loss = dropped(**batch).loss
+    torch.manual_seed(3)
+    top = plain.elmo(batch["input_ids"], batch["attention_mask"], lstm_dropout=0.5).last_hidden_state
+    top = F.dropout(top, 0.5, training=True)  # (batch, W, 2 * projection_dim)
+    forward_states, backward_states = top.split(8, dim=-1)  # each (batch, W, projection_dim)
+    labels, words = batch["labels"], batch["attention_mask"].bool()
+    backward_labels = labels[:, :-1].masked_fill(~words[:, 1:], -100)  # a padded state predicts nothing
+    forward = F.cross_entropy(plain.lm_head(forward_states[:, :-1]).flatten(0, 1), labels[:, 1:].flatten())
+    backward = F.cross_entropy(plain.lm_head(backward_states[:, 1:]).flatten(0, 1), backward_labels.flatten())
+    assert torch.allclose(loss, (forward + backward) / 2, atol=1e-6)
+    assert not torch.allclose(loss, plain(**batch).loss, atol=1e-3)
+    torch.manual_seed(3)
+    assert torch.equal(dropped(**batch).loss, loss)
+
+
 def test_bad_labels_are_rejected():
     model = tiny_lm()
     ids = torch.randint(1, 262, (1, 3, 20))
