@@ -11,6 +11,7 @@
 
     # the same script on N processes (gloo on CPU, nccl on GPU): the global batch is N x per-device batch
     torchrun --nproc_per_node 2 examples/run_bilm_pretraining.py ...
+    accelerate launch --multi_gpu --num_processes 2 examples/run_bilm_pretraining.py ...   # add --use_cpu on CPU
 
 Every sentence is one example, read alone from a zero LSTM state (the stateless protocol of
 examples/evaluate_perplexity.py). Training uses the sampled softmax when `num_sampled_negatives > 0`; evaluation
@@ -366,6 +367,8 @@ def main(argv=None):
     # Examples are strings, batched by the collator: nothing to remove. Count the words (attention mask) seen.
     training_args.remove_unused_columns = False
     training_args.include_num_input_tokens_seen = "non_padding"
+    if training_args.ddp_find_unused_parameters is None:
+        training_args.ddp_find_unused_parameters = False  # every parameter gets a gradient at every step
 
     train_path, validation_path = data_files(data_args, training_args)
     tokenizer = load_tokenizer(model_args, data_args, training_args, train_path)

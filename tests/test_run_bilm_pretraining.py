@@ -119,7 +119,18 @@ def test_resuming_from_a_checkpoint_gives_the_weights_of_an_uninterrupted_run(tm
     assert not torch.equal(weights(interrupted / "checkpoint-3")["lm_head.weight"], after_resume["lm_head.weight"])
 
 
-def test_two_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path):
+LAUNCHERS = {
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"],
+    # --multi_gpu is accelerate's torchrun path; the script's --use_cpu makes it DDP over gloo. (`--cpu` would
+    # start a single process: accelerate leaves multi-CPU runs to mpirun.)
+    "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                   "--main_process_port", "0"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_two_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path, launcher):
     # SGD: Adam's first steps (update ~ lr * sign(gradient)) would magnify float noise in tiny gradients.
     # Full softmax (no random negatives) and sentences of equal length: the mean of the two processes' mean
     # losses is then the mean loss of the global batch, so the runs must agree up to float summation order.
@@ -132,8 +143,7 @@ def test_two_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path):
         [*map(str, arguments), "--output_dir", str(tmp_path / "single"), "--per_device_train_batch_size", "4"]
     )
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(REPO_ROOT / "tests" / "bilm_pretraining_rank.py"),
+        *LAUNCHERS[launcher], str(REPO_ROOT / "tests" / "bilm_pretraining_rank.py"),
         *map(str, arguments), "--output_dir", str(tmp_path / "ddp"), "--per_device_train_batch_size", "2",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
