@@ -103,16 +103,16 @@ def hdf5_key_table(config):
             source = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
             target = f"encoder.layers.{layer}"
             table += [
-                # W_0 is the kernel of [input, previous h]: its first `proj` rows act on the input.
+                # W_0 is the kernel of [input, previous h]: its first `proj` rows act on the input (both (in, out)).
                 KeyTableEntry(f"{source}/W_0", (2 * proj, 4 * cell), f"{target}.input_weight", direction,
-                              lambda w: _tf_gates_to_torch(w[:proj].T, axis=0)),
+                              lambda w: _tf_gates_to_torch(w[:proj], axis=1)),
                 KeyTableEntry(f"{source}/W_0", (2 * proj, 4 * cell), f"{target}.recurrent_weight", direction,
-                              lambda w: _tf_gates_to_torch(w[proj:].T, axis=0)),
+                              lambda w: _tf_gates_to_torch(w[proj:], axis=1)),
                 # TF's LSTMCell adds forget_bias=1.0 at run time, outside the stored B: fold it into the bias.
                 KeyTableEntry(f"{source}/B", (4 * cell,), f"{target}.bias", direction,
                               lambda b: _add_forget_bias(_tf_gates_to_torch(b))),
                 KeyTableEntry(f"{source}/W_P_0", (cell, proj), f"{target}.projection_weight", direction,
-                              lambda w: w.T),
+                              lambda w: w),
             ]
     return table
 

@@ -114,10 +114,12 @@ class ElmoBiLstmLayer(nn.Module):
 
     def __init__(self, input_dim, lstm_dim, projection_dim, cell_clip, proj_clip):
         super().__init__()
-        self.input_weight = nn.Parameter(torch.empty(2, 4 * lstm_dim, input_dim))
-        self.recurrent_weight = nn.Parameter(torch.empty(2, 4 * lstm_dim, projection_dim))
+        # Weights in the (in, out) layout of `x @ weight`: every product reads them as stored, where a transposed
+        # view would make the small per-step products several times slower (or cost a copy per call).
+        self.input_weight = nn.Parameter(torch.empty(2, input_dim, 4 * lstm_dim))
+        self.recurrent_weight = nn.Parameter(torch.empty(2, projection_dim, 4 * lstm_dim))
         self.bias = nn.Parameter(torch.empty(2, 4 * lstm_dim))
-        self.projection_weight = nn.Parameter(torch.empty(2, projection_dim, lstm_dim))
+        self.projection_weight = nn.Parameter(torch.empty(2, lstm_dim, projection_dim))
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
 
@@ -135,13 +137,10 @@ class ElmoBiLstmLayer(nn.Module):
             row's last step.
         """
         # The input's share of the gates, for every step at once: (2, words, 4 * lstm_dim).
-        gate_inputs = torch.baddbmm(self.bias.unsqueeze(1), inputs, self.input_weight.transpose(1, 2))
+        gate_inputs = torch.baddbmm(self.bias.unsqueeze(1), inputs, self.input_weight)
         # One view per step: backward then joins the steps' gradients once, where slicing the whole tensor at every
         # step would fill a zero gradient of its full size per step.
         step_gate_inputs = gate_inputs.split(batch_sizes, dim=1)  # steps x (2, active, 4 * lstm_dim)
-        # A contiguous copy: the per-step product with a transposed view is several times slower at small batches.
-        recurrent_weight = self.recurrent_weight.transpose(1, 2).contiguous()  # (2, projection_dim, 4 * lstm_dim)
-        projection_weight = self.projection_weight.transpose(1, 2)  # (2, lstm_dim, projection_dim)
 
         outputs, ended_cells, ended_hiddens = [], [], []
         for active, step_gate_input in zip(batch_sizes, step_gate_inputs):
@@ -150,12 +149,12 @@ class ElmoBiLstmLayer(nn.Module):
                 ended_cells.append(cell[:, active:])
                 ended_hiddens.append(hidden[:, active:])
                 cell, hidden = cell[:, :active], hidden[:, :active]
-            gates = torch.baddbmm(step_gate_input, hidden, recurrent_weight)  # (2, active, 4 * lstm_dim)
+            gates = torch.baddbmm(step_gate_input, hidden, self.recurrent_weight)  # (2, active, 4 * lstm_dim)
             input_gate, forget_gate, cell_candidate, output_gate = gates.chunk(4, dim=-1)
             cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate)
             if self.cell_clip is not None:
                 cell = cell.clamp(-self.cell_clip, self.cell_clip)
-            hidden = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(cell), projection_weight)  # (2, active, proj)
+            hidden = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(cell), self.projection_weight)  # (2, active, proj)
             if self.proj_clip is not None:
                 hidden = hidden.clamp(-self.proj_clip, self.proj_clip)
             outputs.append(hidden)
@@ -272,6 +271,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
+    # A language-model checkpoint (ElmoForPreTraining, e.g. elmo_hf.DEFAULT_MODEL) loads into the biLM and the
+    # task heads without its softmax, silently.
+    _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
 
     def _init_weights(self, module):
         # transformers calls this for modules with parameters of their own, children before parents.
@@ -296,15 +298,15 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 init.normal_(module.projection.weight, 0.0, math.sqrt(1.0 / self.config.num_filters))
                 init.zeros_(module.projection.bias)
         elif isinstance(module, ElmoBiLstmLayer):
-            four_lstm_dim, input_dim = module.input_weight.shape[1:]
-            bound = math.sqrt(6.0 / (input_dim + module.recurrent_weight.shape[-1] + four_lstm_dim))
+            input_dim, four_lstm_dim = module.input_weight.shape[1:]
+            bound = math.sqrt(6.0 / (input_dim + module.recurrent_weight.shape[1] + four_lstm_dim))
             init.uniform_(module.input_weight, -bound, bound)
             init.uniform_(module.recurrent_weight, -bound, bound)
             lstm_dim = four_lstm_dim // 4
             bias = torch.zeros(2, four_lstm_dim)
             bias[:, lstm_dim : 2 * lstm_dim] = 1.0  # forget gate bias of 1, as TensorFlow's LSTMCell
             init.copy_(module.bias, bias)
-            projection_bound = math.sqrt(6.0 / (lstm_dim + module.projection_weight.shape[1]))
+            projection_bound = math.sqrt(6.0 / (lstm_dim + module.projection_weight.shape[2]))
             init.uniform_(module.projection_weight, -projection_bound, projection_bound)
         elif isinstance(module, ElmoScalarMix):
             init.copy_(module.weights, torch.tensor(module.initial_weights))

@@ -49,12 +49,12 @@ def reference_sentence(model, char_ids, initial_state=None):
                 cell, hidden = initial_state[0][index, direction], initial_state[1][index, direction]
             steps = []
             for x in inputs[direction]:
-                gates = (layer.input_weight[direction] @ x + layer.recurrent_weight[direction] @ hidden
+                gates = (x @ layer.input_weight[direction] + hidden @ layer.recurrent_weight[direction]
                          + layer.bias[direction])
                 input_gate, forget_gate, candidate, output_gate = gates.chunk(4)
                 cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(candidate)
                 cell = cell.clamp(-config.cell_clip, config.cell_clip)
-                hidden = layer.projection_weight[direction] @ (torch.sigmoid(output_gate) * torch.tanh(cell))
+                hidden = (torch.sigmoid(output_gate) * torch.tanh(cell)) @ layer.projection_weight[direction]
                 hidden = hidden.clamp(-config.proj_clip, config.proj_clip)
                 steps.append(hidden)
             output = torch.stack(steps)
