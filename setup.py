@@ -10,8 +10,9 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["elmo_hf", "elmo_hf.*", "conversion"]),
     include_package_data=True,
-    # The model card template, and the offline `evaluate` metric modules (loaded by path, not imported).
-    package_data={"elmo_hf": ["model_card.md", "metrics/*/*.py"]},
+    # The model card template, the offline `evaluate` metric modules (loaded by path, not imported), and the
+    # shipped default model (elmo_hf.DEFAULT_MODEL).
+    package_data={"elmo_hf": ["model_card.md", "metrics/*/*.py", "pretrained/*/*"]},
     install_requires=[
         "torch>=2.1",
         "transformers>=5.0",

@@ -4,6 +4,8 @@ Importing this package registers the ELMo classes with the transformers Auto cla
 `save_pretrained` also writes their code (`trust_remote_code=True` then works without this package).
 """
 
+import os
+
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -14,6 +16,11 @@ from transformers import (
 )
 from transformers.pipelines import PIPELINE_REGISTRY
 
+# The small English ELMo shipped inside the package (trained on the Penn Treebank, model card in its README.md):
+# ElmoModel.from_pretrained(elmo_hf.DEFAULT_MODEL) works offline. An ElmoForPreTraining checkpoint (biLM + softmax).
+DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained", "elmo-ptb-small")
+
+# The package's modules come after DEFAULT_MODEL, which they may read.
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import (
     ElmoForPreTraining,
@@ -51,6 +58,7 @@ ElmoForSequenceClassification.register_for_auto_class("AutoModelForSequenceClass
 PIPELINE_REGISTRY.supported_tasks["token-classification"]["impl"] = ElmoTokenClassificationPipeline
 
 __all__ = [
+    "DEFAULT_MODEL",
     "ElmoConfig",
     "ElmoModel",
     "ElmoModelOutput",

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 import transformers
 
-# The checkpoint `elmo-hf embed` uses without --model; None makes --model required.
-DEFAULT_MODEL = None
+from . import DEFAULT_MODEL
+
 PERPLEXITY_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "evaluate_perplexity.py"
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -57,10 +57,9 @@ def build_parser():
     model.add_argument(
         "--model",
         metavar="NAME_OR_DIR",
-        required=DEFAULT_MODEL is None,
         default=DEFAULT_MODEL,
-        help="a converted checkpoint folder (see `elmo-hf convert`) or a Hub model name"
-        + ("" if DEFAULT_MODEL is None else f" (default: {DEFAULT_MODEL})"),
+        help="a converted checkpoint folder (see `elmo-hf convert`) or a Hub model name (default: the small "
+        "English ELMo shipped in the package, elmo_hf.DEFAULT_MODEL)",
     )
     model.add_argument(
         "--device", default=None, help="where to run, e.g. cpu, cuda, cuda:1 (default: cuda when available, else cpu)"

@@ -104,9 +104,12 @@ class ElmoEmbedder:
         self.token_cache = None
 
     @classmethod
-    def from_pretrained(cls, name_or_path, device=None, dtype=None):
-        """An embedder for a checkpoint folder or Hub name; the tokenizer follows the checkpoint's config."""
-        return cls(ElmoModel.from_pretrained(name_or_path), device=device, dtype=dtype)
+    def from_pretrained(cls, name_or_path=None, device=None, dtype=None):
+        """An embedder for a checkpoint folder or Hub name (default: the shipped `elmo_hf.DEFAULT_MODEL`); the
+        tokenizer follows the checkpoint's config."""
+        from . import DEFAULT_MODEL
+
+        return cls(ElmoModel.from_pretrained(name_or_path or DEFAULT_MODEL), device=device, dtype=dtype)
 
     @property
     def device(self):

