@@ -42,7 +42,8 @@ def package(checkpoint, output_dir, storage_dtype="float16"):
     save_file(weights, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
 
     config = model.config.to_dict()
-    for key in ("auto_map", "id2label", "label2id"):  # no code files; labels belong to the task heads
+    # no code files; labels belong to the task heads; the checkpoint's local path means nothing elsewhere
+    for key in ("auto_map", "id2label", "label2id", "_name_or_path"):
         config.pop(key, None)
     config["dtype"] = "float32"  # compute dtype: from_pretrained upcasts the stored weights
     config["architectures"] = [ElmoForPreTraining.__name__]

@@ -48,7 +48,8 @@ def test_it_is_small_half_precision_on_disk_and_float32_in_memory():
     model = ElmoForPreTraining.from_pretrained(DEFAULT_MODEL)
     assert {parameter.dtype for parameter in model.parameters()} == {torch.float32}
     assert sum(parameter.numel() for parameter in model.parameters()) <= 6_000_000
-    assert not list(MODEL_DIR.glob("*.py")) and "auto_map" not in json.loads((MODEL_DIR / "config.json").read_text())
+    config = json.loads((MODEL_DIR / "config.json").read_text(encoding="utf-8"))
+    assert not list(MODEL_DIR.glob("*.py")) and "auto_map" not in config and "_name_or_path" not in config
 
 
 def test_it_loads_offline_without_this_process_state(tmp_path):
