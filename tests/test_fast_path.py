@@ -1,11 +1,14 @@
 """The batched fast path of ElmoModel against a plain reference: one sentence at a time, one word at a time,
 one LSTM step at a time, with conv1d and matrix-vector products (float64, so only summation order differs)."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
+from elmo_hf import modeling_elmo
 
 
 def reference_sentence(model, char_ids, initial_state=None):
@@ -125,3 +128,55 @@ def test_fast_path_gradients_equal_reference():
     loss.backward()
     for name, parameter in model.named_parameters():
         torch.testing.assert_close(fast_gradients[name], parameter.grad, rtol=0, atol=1e-9, msg=name)
+
+
+def _forward_float32(model, input_ids, needs_gradient):
+    """Every layer (batch, layers + 1, words, 2 * proj): under no_grad (the packed oneDNN product) or with
+    gradients (the plain batched product)."""
+    with torch.set_grad_enabled(needs_gradient):
+        return torch.stack(model(input_ids, output_hidden_states=True).hidden_states, dim=1).detach()
+
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+
+
+@needs_onednn
+def test_packed_recurrent_product_equals_the_plain_product_in_float32():
+    model = tiny_model(seed=7)
+    generator = torch.Generator().manual_seed(4)
+    input_ids, lengths = random_batch(generator, batch=7, max_words=10, chars=model.config.max_characters_per_token)
+    packed = _forward_float32(model, input_ids, needs_gradient=False)
+    assert all(layer in modeling_elmo._PACKED_RECURRENT_WEIGHTS for layer in model.encoder.layers)
+    plain = _forward_float32(model, input_ids, needs_gradient=True)
+    assert not torch.equal(packed, plain)  # two different products: only rounding may differ
+    torch.testing.assert_close(packed, plain, rtol=1e-5, atol=1e-6)
+    expected, _ = reference_sentence(model.double(), input_ids[0, : lengths[0]])
+    torch.testing.assert_close(packed[0, :, : lengths[0]].double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_packed_recurrent_weight_follows_weight_changes():
+    model = tiny_model(seed=8)
+    input_ids, _ = random_batch(torch.Generator().manual_seed(5), batch=5, max_words=6,
+                                chars=model.config.max_characters_per_token)
+    before = _forward_float32(model, input_ids, needs_gradient=False)
+    with torch.no_grad():
+        model.encoder.layers[1].recurrent_weight.mul_(-0.5)  # in place
+    changed = _forward_float32(model, input_ids, needs_gradient=False)
+    torch.testing.assert_close(changed, _forward_float32(model, input_ids, needs_gradient=True), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(changed, before)
+
+    model.load_state_dict(tiny_model(seed=8).state_dict())  # back to the original weights
+    torch.testing.assert_close(_forward_float32(model, input_ids, needs_gradient=False), before, rtol=0, atol=0)
+
+
+@needs_onednn
+def test_a_model_that_has_used_packed_weights_still_copies_and_saves(tmp_path):
+    model = tiny_model(seed=9)
+    input_ids, _ = random_batch(torch.Generator().manual_seed(6), batch=3, max_words=5,
+                                chars=model.config.max_characters_per_token)
+    expected = _forward_float32(model, input_ids, needs_gradient=False)
+    copied = copy.deepcopy(model)
+    model.save_pretrained(tmp_path)
+    for other in (copied, type(model).from_pretrained(tmp_path)):
+        torch.testing.assert_close(_forward_float32(other, input_ids, needs_gradient=False), expected, rtol=0, atol=0)
