@@ -172,9 +172,10 @@ class ElmoBiLstmLayer(nn.Module):
         if packed_recurrent_weight is None or hidden.shape[1] == 1:
             # One row: a matrix-vector product, memory-bound; the plain product streams the weight fastest.
             return torch.baddbmm(step_gate_input, hidden, self.recurrent_weight)
+        linear_plus_gate_input = torch.ops.mkldnn._linear_pointwise.binary
         return torch.stack(
             [
-                torch.ops.mkldnn._linear_pointwise.binary(hidden[direction], step_gate_input[direction], weight, None, "add")
+                linear_plus_gate_input(hidden[direction], step_gate_input[direction], weight, None, "add")
                 for direction, weight in enumerate(packed_recurrent_weight)
             ]
         )  # (2, active, 4 * lstm_dim)
@@ -186,7 +187,9 @@ class ElmoBiLstmLayer(nn.Module):
         For several rows at a time, a product with a weight packed once runs 1.5-2x faster on a CPU than a
         `bmm` that repacks the weight at every step (`benchmarks/RESULTS.md`). It is used for float32 on a CPU
         with oneDNN, when nothing needs a gradient (the packed product has none), and cached until the weight
-        changes (in place or by being replaced); it costs one more copy of the recurrent weight in memory.
+        changes in place (its version counter moves: optimizers, `load_state_dict`, edits under `torch.no_grad()`)
+        or is replaced. An edit through `weight.data` moves no version counter and is not seen. It costs one more
+        copy of the recurrent weight in memory.
         """
         weight = self.recurrent_weight
         needs_gradient = torch.is_grad_enabled() and any(
