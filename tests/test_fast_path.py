@@ -85,11 +85,20 @@ def random_batch(generator, batch, max_words, chars, vocabulary=7):
     return input_ids, lengths
 
 
-@pytest.mark.parametrize("skip, activation, with_state", [(True, "relu", False), (False, "tanh", True)])
-def test_fast_path_equals_step_by_step_reference(skip, activation, with_state):
+@pytest.mark.parametrize(
+    "skip, activation, with_state, one_word_cnn_pieces",
+    [(True, "relu", False, False), (False, "tanh", True, True)],
+)
+def test_fast_path_equals_step_by_step_reference(skip, activation, with_state, one_word_cnn_pieces, monkeypatch):
     model = tiny_model(seed=3, use_skip_connections=skip, activation=activation).double()
     generator = torch.Generator().manual_seed(11)
     input_ids, lengths = random_batch(generator, batch=6, max_words=9, chars=model.config.max_characters_per_token)
+    cnn_pieces = []
+    convolve = model.character_encoder._convolve
+    counted_convolve = lambda chars: cnn_pieces.append(len(chars)) or convolve(chars)  # noqa: E731
+    monkeypatch.setattr(model.character_encoder, "_convolve", counted_convolve)
+    if one_word_cnn_pieces:
+        monkeypatch.setattr(modeling_elmo, "CNN_RESPONSE_BYTES", 1)
     batch, layers = input_ids.shape[0], model.config.num_lstm_layers
     state = None
     if with_state:
@@ -106,6 +115,8 @@ def test_fast_path_equals_step_by_step_reference(skip, activation, with_state):
             assert torch.all(fast[row, :, length:] == 0)
             torch.testing.assert_close(output.lstm_states[0][:, :, row], cell, rtol=0, atol=1e-10)
             torch.testing.assert_close(output.lstm_states[1][:, :, row], hidden, rtol=0, atol=1e-10)
+    distinct_words = len(torch.unique(input_ids[input_ids.any(-1)], dim=0))
+    assert cnn_pieces == ([1] * distinct_words if one_word_cnn_pieces else [distinct_words])
 
 
 def test_fast_path_gradients_equal_reference():
