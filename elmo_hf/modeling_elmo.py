@@ -83,8 +83,9 @@ class ElmoCharacterEncoder(nn.Module):
     def forward(self, char_ids):
         """char_ids: (words, max_characters_per_token) -> (words, projection_dim)."""
         chars = F.embedding(char_ids, self.char_embedding, padding_idx=0)  # (words, chars, char_dim)
-        # The CNN runs on a few words at a time, so that the responses of its widest bank stay near the size of a
-        # CPU cache (2x faster than one product over all words, whose responses reach ~100 MB: RESULTS.md).
+        # The CNN runs on a few words at a time, so that the responses of its largest bank (filters x positions)
+        # stay near the size of a CPU cache (2x faster than one product over all words, whose responses reach
+        # ~100 MB: RESULTS.md).
         positions = [chars.shape[1] - conv.kernel_size[0] + 1 for conv in self.convolutions]
         largest_responses = max(conv.out_channels * count for conv, count in zip(self.convolutions, positions))
         words_per_piece = max(1, CNN_RESPONSE_BYTES // (largest_responses * chars.element_size()))
