@@ -138,39 +138,56 @@ class ElmoBiLstmLayer(nn.Module):
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
 
-    def forward(self, inputs, batch_sizes, cell, hidden):
+    def input_gates(self, inputs):
+        """inputs `(2, n, input_dim)` -> each direction's input share of the gates, bias included: `(2, n, 4 * lstm_dim)`."""
+        return torch.baddbmm(self.bias.unsqueeze(1), inputs, self.input_weight)
+
+    def forward(self, gate_inputs, batch_sizes, cell, hidden, zero_state=False, gate_rows=None):
         r"""
         Args:
-            inputs (`(2, words, input_dim)`): each direction's input, packed step by step: the rows still running
-                at step 0, then at step 1, ... (rows sorted by length, longest first; backward rows reversed).
-                Padding is never stored, so it costs nothing.
+            gate_inputs (`(2, words, 4 * lstm_dim)`): `input_gates` of each direction's input, packed step by step:
+                the rows still running at step 0, then at step 1, ... (rows sorted by length, longest first;
+                backward rows reversed). Padding is never stored, so it costs nothing. With `gate_rows`, a table
+                `(2, rows, 4 * lstm_dim)` instead (for example one row per distinct word).
             batch_sizes (list of ints, one per step): rows still running at each step (a prefix of the batch).
             cell (`(2, batch, lstm_dim)`), hidden (`(2, batch, projection_dim)`): the initial state.
+            zero_state (bool): the initial state is all zeros, so the first step has no recurrent term.
+            gate_rows (`(2, words)`, optional): for each packed position, its row of the `gate_inputs` table.
 
         Returns:
-            outputs `(2, words, projection_dim)` packed like `inputs`, and the state `(cell, hidden)` after each
+            outputs `(2, words, projection_dim)` packed step by step, and the state `(cell, hidden)` after each
             row's last step.
         """
-        packed_recurrent_weight = self._packed_recurrent_weight(inputs, cell, hidden)
-        # The input's share of the gates, for every step at once: (2, words, 4 * lstm_dim).
-        gate_inputs = torch.baddbmm(self.bias.unsqueeze(1), inputs, self.input_weight)
-        # One view per step: backward then joins the steps' gradients once, where slicing the whole tensor at every
-        # step would fill a zero gradient of its full size per step.
-        step_gate_inputs = gate_inputs.split(batch_sizes, dim=1)  # steps x (2, active, 4 * lstm_dim)
+        needs_gradient = torch.is_grad_enabled() and any(
+            tensor.requires_grad for tensor in (gate_inputs, cell, hidden, *self.parameters())
+        )
+        prepacked = not needs_gradient and self._prepacked_products_apply(gate_inputs)
+        # Per-step views (backward then joins the steps' gradients once, where slicing the whole tensor at every step
+        # would fill a zero gradient of its full size per step): steps x (2, active, 4 * lstm_dim).
+        if gate_rows is None:
+            step_gate_inputs = gate_inputs.split(batch_sizes, dim=1)
+        elif needs_gradient:
+            step_gate_inputs = _pick_rows(gate_inputs, gate_rows).split(batch_sizes, dim=1)
+        else:
+            # Picked step by step, so the packed gate inputs, the largest tensor of a layer, are never stored.
+            step_gate_inputs = (_pick_rows(gate_inputs, rows) for rows in gate_rows.split(batch_sizes, dim=1))
 
         outputs, ended_cells, ended_hiddens = [], [], []
-        for active, step_gate_input in zip(batch_sizes, step_gate_inputs):
+        for step, (active, step_gate_input) in enumerate(zip(batch_sizes, step_gate_inputs)):
             if active < hidden.shape[1]:
                 # Rows past their last word leave the batch; their state is final.
                 ended_cells.append(cell[:, active:])
                 ended_hiddens.append(hidden[:, active:])
                 cell, hidden = cell[:, :active], hidden[:, :active]
-            gates = self._gates(step_gate_input, hidden, packed_recurrent_weight)  # (2, active, 4 * lstm_dim)
+            if step == 0 and zero_state:
+                gates = step_gate_input  # hidden @ recurrent_weight is exactly 0
+            else:
+                gates = self._gates(step_gate_input, hidden, prepacked)  # (2, active, 4 * lstm_dim)
             input_gate, forget_gate, cell_candidate, output_gate = gates.chunk(4, dim=-1)
             cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate)
             if self.cell_clip is not None:
                 cell = cell.clamp(-self.cell_clip, self.cell_clip)
-            hidden = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(cell), self.projection_weight)  # (2, active, proj)
+            hidden = self._project(torch.sigmoid(output_gate) * torch.tanh(cell), prepacked)  # (2, active, proj)
             if self.proj_clip is not None:
                 hidden = hidden.clamp(-self.proj_clip, self.proj_clip)
             outputs.append(hidden)
@@ -178,59 +195,71 @@ class ElmoBiLstmLayer(nn.Module):
         # Rows that ended later sit earlier in the batch: put the ended pieces back in row order.
         final_cell = torch.cat([cell, *reversed(ended_cells)], dim=1)  # (2, batch, lstm_dim)
         final_hidden = torch.cat([hidden, *reversed(ended_hiddens)], dim=1)  # (2, batch, projection_dim)
-        return torch.cat(outputs, dim=1), (final_cell, final_hidden)  # outputs packed like inputs
+        return torch.cat(outputs, dim=1), (final_cell, final_hidden)  # outputs packed like gate_inputs
 
-    def _gates(self, step_gate_input, hidden, packed_recurrent_weight):
+    def _gates(self, step_gate_input, hidden, prepacked):
         """`step_gate_input + hidden @ recurrent_weight`, both directions: `(2, active, 4 * lstm_dim)`."""
-        if packed_recurrent_weight is None or hidden.shape[1] == 1:
+        if not prepacked or hidden.shape[1] == 1:
             # One row: a matrix-vector product, memory-bound; the plain product streams the weight fastest.
             return torch.baddbmm(step_gate_input, hidden, self.recurrent_weight)
         linear_plus_gate_input = torch.ops.mkldnn._linear_pointwise.binary
         return torch.stack(
             [
                 linear_plus_gate_input(hidden[direction], step_gate_input[direction], weight, None, "add")
-                for direction, weight in enumerate(packed_recurrent_weight)
+                for direction, weight in enumerate(self._prepacked("recurrent_weight"))
             ]
         )  # (2, active, 4 * lstm_dim)
 
-    def _packed_recurrent_weight(self, inputs, cell, hidden):
-        r"""
-        The recurrent weight in oneDNN's prepacked layout (one per direction), or None where it does not apply.
+    def _project(self, memory, prepacked):
+        """`memory @ projection_weight`, both directions: `(2, active, lstm_dim)` -> `(2, active, projection_dim)`."""
+        if not prepacked:
+            return torch.bmm(memory, self.projection_weight)
+        linear = torch.ops.mkldnn._linear_pointwise
+        return torch.stack(
+            [
+                linear(memory[direction], weight, None, "none", [], "")
+                for direction, weight in enumerate(self._prepacked("projection_weight"))
+            ]
+        )  # (2, active, projection_dim)
 
-        For several rows at a time, a product with a weight packed once runs 1.5-2x faster on a CPU than a
-        `bmm` that repacks the weight at every step (`benchmarks/RESULTS.md`). It is used for float32 on a CPU
-        with oneDNN, when nothing needs a gradient (the packed product has none), and cached until the weight
-        changes in place (its version counter moves: optimizers, `load_state_dict`, edits under `torch.no_grad()`)
-        or is replaced. An edit through `weight.data` moves no version counter and is not seen. It costs one more
-        copy of the recurrent weight in memory.
+    def _prepacked_products_apply(self, gate_inputs):
+        r"""
+        Whether the per-step products, when nothing needs a gradient (they have none), use weights prepacked for
+        oneDNN (`_prepacked`): float32 on a CPU with oneDNN.
+
+        A product with a weight packed once runs 1.4-4x faster on a CPU than a `bmm` that repacks the weight at
+        every step (`benchmarks/RESULTS.md`); at one row the plain recurrent product stays faster.
         """
-        weight = self.recurrent_weight
-        needs_gradient = torch.is_grad_enabled() and any(
-            tensor.requires_grad for tensor in (inputs, cell, hidden, *self.parameters())
+        return (
+            self.recurrent_weight.device.type == "cpu"
+            and self.recurrent_weight.dtype == torch.float32
+            and gate_inputs.dtype == torch.float32
+            and torch.backends.mkldnn.is_available()
         )
-        if (
-            needs_gradient
-            or weight.device.type != "cpu"
-            or weight.dtype != torch.float32
-            or inputs.dtype != torch.float32
-            or not torch.backends.mkldnn.is_available()
-            or cell.shape[1] < 2
-        ):
-            return None
+
+    def _prepacked(self, name):
+        r"""
+        The weight `name` (`(2, in, out)`) in oneDNN's prepacked layout, one tensor per direction.
+
+        Packed on first use and cached until the weight changes in place (its version counter moves: optimizers,
+        `load_state_dict`, edits under `torch.no_grad()`) or is replaced. An edit through `weight.data` moves no
+        version counter and is not seen. It costs one more copy of the weight in memory.
+        """
+        weight = getattr(self, name)
         version = (weight.data_ptr(), weight._version)
-        cached = _PACKED_RECURRENT_WEIGHTS.get(self)
-        if cached is None or cached[0] != version:
-            # (projection_dim, 4 * lstm_dim) -> oneDNN's layout for `hidden @ weight`, tuned for batches of ~32.
+        cache = _PREPACKED_WEIGHTS.setdefault(self, {})
+        if name not in cache or cache[name][0] != version:
+            # (in, out) -> oneDNN's layout for `x @ weight`, tuned for batches of ~32 rows.
             packed = tuple(
                 torch.ops.mkldnn._reorder_linear_weight(direction.t().contiguous(), 32) for direction in weight.detach()
             )
-            cached = _PACKED_RECURRENT_WEIGHTS[self] = (version, packed)
-        return cached[1]
+            cache[name] = (version, packed)
+        return cache[name][1]
 
 
-# Recurrent weights packed for oneDNN, by layer (a weak reference: the entry goes with the layer). Kept out of the
-# module so that copying, saving and moving a model never meet an opaque oneDNN tensor.
-_PACKED_RECURRENT_WEIGHTS = weakref.WeakKeyDictionary()
+# Weights prepacked for oneDNN, by layer (a weak reference: the entry goes with the layer). Kept out of the module so
+# that copying, saving and moving a model never meet an opaque oneDNN tensor.
+_PREPACKED_WEIGHTS = weakref.WeakKeyDictionary()
 
 
 class ElmoBiLstm(nn.Module):
@@ -248,10 +277,12 @@ class ElmoBiLstm(nn.Module):
         self.lstm_dim = config.lstm_dim
         self.projection_dim = config.projection_dim
 
-    def forward(self, token_embeddings, lengths, lstm_states=None, dropout=0.0):
+    def forward(self, word_embeddings, word_index, lengths, lstm_states=None, dropout=0.0):
         r"""
         Args:
-            token_embeddings (`(batch, words, projection_dim)`): right-padded word representations.
+            word_embeddings (`(distinct words, projection_dim)`): the representation of each distinct word.
+            word_index (`(batch, words)`): the row of `word_embeddings` at each position, right-padded (any value
+                at padding).
             lengths (`(batch,)`): valid words per row.
             lstm_states (optional tuple `(cell, hidden)` of shapes `(layers, 2, batch, lstm_dim)` and
                 `(layers, 2, batch, projection_dim)`): the state to start from; zeros when None.
@@ -261,13 +292,13 @@ class ElmoBiLstm(nn.Module):
             a list with each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at
             padded positions, and the final `(cell, hidden)` state in the shapes above.
         """
-        batch, words, _ = token_embeddings.shape
+        batch, words = word_index.shape
         num_layers = len(self.layers)
         if lstm_states is None:
-            cells = token_embeddings.new_zeros(num_layers, 2, batch, self.lstm_dim)
-            hiddens = token_embeddings.new_zeros(num_layers, 2, batch, self.projection_dim)
+            cells = word_embeddings.new_zeros(num_layers, 2, batch, self.lstm_dim)
+            hiddens = word_embeddings.new_zeros(num_layers, 2, batch, self.projection_dim)
         else:
-            cells, hiddens = self._checked_states(lstm_states, batch, token_embeddings)
+            cells, hiddens = self._checked_states(lstm_states, batch, word_embeddings)
 
         # Longest rows first, so the rows still running at any step are a prefix of the batch.
         order = torch.argsort(lengths, descending=True, stable=True)
@@ -280,17 +311,27 @@ class ElmoBiLstm(nn.Module):
             positions < sorted_lengths.unsqueeze(1), sorted_lengths.unsqueeze(1) - 1 - positions, positions
         )  # (batch, words)
 
-        forward_input = token_embeddings[order]  # (batch, words, projection_dim)
-        backward_input = _gather_words(forward_input, reverse_index)
-        # Pack the valid words step by step (time-major), dropping the padding: see ElmoBiLstmLayer.forward.
+        # Each direction's words packed step by step (time-major), without the padding: see ElmoBiLstmLayer.forward.
+        forward_words = word_index[order]  # (batch, words)
+        backward_words = forward_words.gather(1, reverse_index)  # (batch, words)
         packed = (positions < sorted_lengths.unsqueeze(1)).t()  # (words, batch)
-        layer_input = torch.stack([forward_input, backward_input]).transpose(1, 2)[:, packed]  # (2, valid, proj)
+        packed_words = torch.stack([forward_words, backward_words]).transpose(1, 2)[:, packed]  # (2, valid)
+
         layer_outputs, final_cells, final_hiddens = [], [], []
         for index, layer in enumerate(self.layers):
-            if dropout:
-                layer_input = F.dropout(layer_input, dropout, training=True)
+            if index == 0 and not dropout:
+                # The first layer's input depends on the word alone: its gate inputs are computed once per distinct
+                # word, then picked for every position.
+                gate_inputs = layer.input_gates(word_embeddings.expand(2, -1, -1))  # (2, distinct words, 4 * lstm)
+                gate_rows = packed_words
+            else:
+                if index == 0:
+                    layer_input = _pick_rows(word_embeddings.expand(2, -1, -1), packed_words)  # (2, valid, proj)
+                if dropout:
+                    layer_input = F.dropout(layer_input, dropout, training=True)
+                gate_inputs, gate_rows = layer.input_gates(layer_input), None  # (2, valid words, 4 * lstm_dim)
             output, (cell, hidden) = layer(
-                layer_input, batch_sizes, cells[index][:, order], hiddens[index][:, order]
+                gate_inputs, batch_sizes, cells[index][:, order], hiddens[index][:, order], lstm_states is None, gate_rows
             )  # output: (2, valid words, projection_dim)
             if self.use_skip_connections and index > 0:
                 output = output + layer_input
@@ -326,6 +367,13 @@ class ElmoBiLstm(nn.Module):
                 f"dim), got {tuple(cells.shape)} and {tuple(hiddens.shape)}"
             )
         return cells.to(like), hiddens.to(like)
+
+
+def _pick_rows(table, index):
+    """table (2, rows, dim), index (2, n) -> table[direction, index[direction, i]] (2, n, dim)."""
+    rows = table.shape[1]
+    offsets = torch.arange(2, device=index.device).unsqueeze(1) * rows  # (2, 1): direction 1 reads the second half
+    return table.reshape(2 * rows, -1).index_select(0, (index + offsets).flatten()).view(2, index.shape[1], -1)
 
 
 def _gather_words(sequence, index):
@@ -531,11 +579,11 @@ class ElmoModel(ElmoPreTrainedModel):
 
         batch, words, _ = input_ids.shape
         # The character encoder runs once per distinct word of the batch (frequent words repeat a lot).
-        distinct_words, word_index = torch.unique(input_ids[mask], dim=0, return_inverse=True)
-        token_embeddings = self.character_encoder(distinct_words)[word_index]  # (valid words, projection_dim)
-        token_layer = token_embeddings.new_zeros(batch, words, self.config.projection_dim)
-        token_layer = token_layer.masked_scatter(mask.unsqueeze(-1), token_embeddings)  # (batch, words, proj)
-        lstm_layers, final_state = self.encoder(token_layer, lengths, lstm_states, dropout=lstm_dropout)
+        distinct_words, distinct_index = torch.unique(input_ids[mask], dim=0, return_inverse=True)
+        word_embeddings = self.character_encoder(distinct_words)  # (distinct words, projection_dim)
+        word_index = torch.zeros_like(mask, dtype=torch.long).masked_scatter(mask, distinct_index)  # (batch, words)
+        token_layer = word_embeddings[word_index].masked_fill(~mask.unsqueeze(-1), 0.0)  # (batch, words, proj)
+        lstm_layers, final_state = self.encoder(word_embeddings, word_index, lengths, lstm_states, dropout=lstm_dropout)
 
         hidden_states = (torch.cat([token_layer, token_layer], dim=-1), *lstm_layers)  # each (batch, words, 2*proj)
         output = ElmoModelOutput(

@@ -152,12 +152,13 @@ needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reas
 
 
 @needs_onednn
-def test_packed_recurrent_product_equals_the_plain_product_in_float32():
+def test_prepacked_products_equal_the_plain_products_in_float32():
     model = tiny_model(seed=7)
     generator = torch.Generator().manual_seed(4)
     input_ids, lengths = random_batch(generator, batch=7, max_words=10, chars=model.config.max_characters_per_token)
     packed = _forward_float32(model, input_ids, needs_gradient=False)
-    assert all(layer in modeling_elmo._PACKED_RECURRENT_WEIGHTS for layer in model.encoder.layers)
+    for layer in model.encoder.layers:
+        assert set(modeling_elmo._PREPACKED_WEIGHTS[layer]) == {"recurrent_weight", "projection_weight"}
     plain = _forward_float32(model, input_ids, needs_gradient=True)
     assert not torch.equal(packed, plain)  # two different products: only rounding may differ
     torch.testing.assert_close(packed, plain, rtol=1e-5, atol=1e-6)
@@ -166,13 +167,14 @@ def test_packed_recurrent_product_equals_the_plain_product_in_float32():
 
 
 @needs_onednn
-def test_packed_recurrent_weight_follows_weight_changes():
+def test_prepacked_weights_follow_weight_changes():
     model = tiny_model(seed=8)
     input_ids, _ = random_batch(torch.Generator().manual_seed(5), batch=5, max_words=6,
                                 chars=model.config.max_characters_per_token)
     before = _forward_float32(model, input_ids, needs_gradient=False)
     with torch.no_grad():
         model.encoder.layers[1].recurrent_weight.mul_(-0.5)  # in place
+        model.encoder.layers[0].projection_weight.mul_(1.5)
     changed = _forward_float32(model, input_ids, needs_gradient=False)
     torch.testing.assert_close(changed, _forward_float32(model, input_ids, needs_gradient=True), rtol=1e-5, atol=1e-6)
     assert not torch.allclose(changed, before)
