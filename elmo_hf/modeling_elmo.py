@@ -139,7 +139,7 @@ class ElmoBiLstmLayer(nn.Module):
         self.proj_clip = proj_clip
 
     def input_gates(self, inputs):
-        """inputs `(2, n, input_dim)` -> each direction's input share of the gates, bias included: `(2, n, 4 * lstm_dim)`."""
+        """Each direction's input share of the gates, bias included: `(2, n, input_dim)` -> `(2, n, 4 * lstm_dim)`."""
         return torch.baddbmm(self.bias.unsqueeze(1), inputs, self.input_weight)
 
     def forward(self, gate_inputs, batch_sizes, cell, hidden, zero_state=False, gate_rows=None):
@@ -195,7 +195,7 @@ class ElmoBiLstmLayer(nn.Module):
         # Rows that ended later sit earlier in the batch: put the ended pieces back in row order.
         final_cell = torch.cat([cell, *reversed(ended_cells)], dim=1)  # (2, batch, lstm_dim)
         final_hidden = torch.cat([hidden, *reversed(ended_hiddens)], dim=1)  # (2, batch, projection_dim)
-        return torch.cat(outputs, dim=1), (final_cell, final_hidden)  # outputs packed like gate_inputs
+        return torch.cat(outputs, dim=1), (final_cell, final_hidden)  # outputs (2, words, proj), packed step by step
 
     def _gates(self, step_gate_input, hidden, prepacked):
         """`step_gate_input + hidden @ recurrent_weight`, both directions: `(2, active, 4 * lstm_dim)`."""
@@ -330,8 +330,9 @@ class ElmoBiLstm(nn.Module):
                 if dropout:
                     layer_input = F.dropout(layer_input, dropout, training=True)
                 gate_inputs, gate_rows = layer.input_gates(layer_input), None  # (2, valid words, 4 * lstm_dim)
+            initial_state = (cells[index][:, order], hiddens[index][:, order])
             output, (cell, hidden) = layer(
-                gate_inputs, batch_sizes, cells[index][:, order], hiddens[index][:, order], lstm_states is None, gate_rows
+                gate_inputs, batch_sizes, *initial_state, zero_state=lstm_states is None, gate_rows=gate_rows
             )  # output: (2, valid words, projection_dim)
             if self.use_skip_connections and index > 0:
                 output = output + layer_input

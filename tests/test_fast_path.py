@@ -99,6 +99,11 @@ def test_fast_path_equals_step_by_step_reference(skip, activation, with_state, o
     monkeypatch.setattr(model.character_encoder, "_convolve", counted_convolve)
     if one_word_cnn_pieces:
         monkeypatch.setattr(modeling_elmo, "CNN_RESPONSE_BYTES", 1)
+    first_layer = model.encoder.layers[0]
+    first_layer_rows = []
+    input_gates = first_layer.input_gates
+    counted_input_gates = lambda inputs: first_layer_rows.append(inputs.shape[1]) or input_gates(inputs)  # noqa: E731
+    monkeypatch.setattr(first_layer, "input_gates", counted_input_gates)
     batch, layers = input_ids.shape[0], model.config.num_lstm_layers
     state = None
     if with_state:
@@ -117,6 +122,7 @@ def test_fast_path_equals_step_by_step_reference(skip, activation, with_state, o
             torch.testing.assert_close(output.lstm_states[1][:, :, row], hidden, rtol=0, atol=1e-10)
     distinct_words = len(torch.unique(input_ids[input_ids.any(-1)], dim=0))
     assert cnn_pieces == ([1] * distinct_words if one_word_cnn_pieces else [distinct_words])
+    assert first_layer_rows == [distinct_words] and distinct_words < int(lengths.sum())  # once per distinct word
 
 
 def test_fast_path_gradients_equal_reference():
