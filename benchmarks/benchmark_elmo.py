@@ -14,6 +14,11 @@ shared peer folder, `../shared/peer` relative to the repository (or `--peer-dir`
      the ratios.
 Both sides count words without the sentence boundaries and time the tokenization too (prep).
 
+`--single-sentence-process` adds, per size, one more process per side that only ever embeds one sentence at a
+time (the shared harness with batch size 1 on the first 50 sentences, no output check): the peak RSS of a
+sentence-at-a-time service, which the main run cannot show because its batch-1 mode runs after the batches of 32
+in the same process and starts from the memory they left.
+
 `--variant` times one of our optional faster modes instead of the exact float32 path (allennlp always runs in
 float32): `bf16` holds the weights and computes in bfloat16 (`elmo-hf embed --dtype bfloat16`), `int8` applies
 PyTorch's dynamic int8 quantization to the `nn.Linear` layers (highway and token projection; the LSTM's batched
@@ -39,6 +44,7 @@ ATOL = 1e-5
 MODES = ("sorted", "unsorted", "batch1")
 VARIANTS = ("fp32", "bf16", "int8")
 CHECK_SENTENCES = 8
+SINGLE_SENTENCES = 50  # the harness's batch-1 mode times this many
 
 
 def worker(args):
@@ -68,11 +74,13 @@ def worker(args):
         return torch.stack(model(**batch, output_hidden_states=True).hidden_states).mean(0).float()
 
     sentences = make_workload(args.n_sent, seed=0)
-    with torch.inference_mode():
-        layers = model(**prep(sentences[:CHECK_SENTENCES]), output_hidden_states=True).hidden_states
-    np.save(args.dump, torch.stack(layers)[:, :, 1:-1].float().numpy())  # (layers, batch, words, dim), boundaries cut
+    if args.dump is not None:
+        with torch.inference_mode():
+            layers = model(**prep(sentences[:CHECK_SENTENCES]), output_hidden_states=True).hidden_states
+        # (layers, batch, words, dim), boundaries cut
+        np.save(args.dump, torch.stack(layers)[:, :, 1:-1].float().numpy())
 
-    results = benchlib.run_suite(prep, embed, lambda: None, sentences, reps=args.reps,
+    results = benchlib.run_suite(prep, embed, lambda: None, sentences, reps=args.reps, batch_size=args.batch_size,
                                  log=lambda message: print(message, flush=True))
     results["env"] = benchlib.env_info()
     with open(args.json, "w") as output:
@@ -80,19 +88,32 @@ def worker(args):
 
 
 def run_ours(args, checkpoint, json_path, dump_path):
-    command = [sys.executable, __file__, "--worker", str(checkpoint), "--json", str(json_path), "--dump",
-               str(dump_path), "--reps", str(args.reps), "--threads", str(args.threads),
-               "--peer-dir", str(args.peer_dir), "--n-sent", str(args.n_sent), "--variant", args.variant]
+    """Our worker process on the main workload; with `dump_path` None, a single-sentence process (see above)."""
+    command = [sys.executable, __file__, "--worker", str(checkpoint), "--json", str(json_path),
+               "--reps", str(args.reps), "--threads", str(args.threads), "--peer-dir", str(args.peer_dir),
+               "--variant", args.variant, *_workload_arguments(args, dump_path is None)]
+    if dump_path is not None:
+        command += ["--dump", str(dump_path)]
     subprocess.run(command, check=True, env=_environment(args))
     return json.loads(json_path.read_text())
 
 
 def run_peer(args, model_dir, json_path, dump_path):
+    """allennlp's process on the main workload; with `dump_path` None, a single-sentence process (see above)."""
     command = [str(args.peer_venv / "bin" / "python"), str(args.peer_dir / "bench_allennlp.py"), str(model_dir),
-               "--json", str(json_path), "--dump-ref", str(dump_path), "--reps", str(args.reps),
-               "--threads", str(args.threads), "--n-sent", str(args.n_sent)]
+               "--json", str(json_path), "--reps", str(args.reps), "--threads", str(args.threads),
+               *_workload_arguments(args, dump_path is None)]
+    if dump_path is not None:
+        command += ["--dump-ref", str(dump_path)]
     subprocess.run(command, check=True, env=_environment(args))
     return json.loads(json_path.read_text())
+
+
+def _workload_arguments(args, single_sentences):
+    """The harness's workload: the first --n-sent sentences in batches of 32, or the first 50 one at a time."""
+    if single_sentences:
+        return ["--n-sent", str(SINGLE_SENTENCES), "--batch-size", "1"]
+    return ["--n-sent", str(args.n_sent)]
 
 
 def machine_line():
@@ -175,6 +196,22 @@ def report_size(size, ours, peer, difference, variant):
     print("\n".join(lines), flush=True)
 
 
+def single_sentence_processes(args, size, source, checkpoint):
+    """One process per side that embeds only single sentences; prints and returns each side's batch-1 summary."""
+    print(f"{size}: single-sentence processes", flush=True)
+    ours = run_ours(args, checkpoint, args.work_dir / f"{size}-ours-single.json", None)["batch1"]
+    result = {"elmo_hf": ours}
+    line = f"single-sentence process: elmo_hf {ours['tok_per_s']:.1f} words/s, peak RSS {ours['peak_rss_mb']:.0f} MB"
+    if args.peer_venv is not None:
+        peer = run_peer(args, source, args.work_dir / f"{size}-peer-single.json", None)["batch1"]
+        result["allennlp"] = peer
+        line += (f"; allennlp {peer['tok_per_s']:.1f} words/s, peak RSS {peer['peak_rss_mb']:.0f} MB; ratio "
+                 f"{ours['tok_per_s'] / peer['tok_per_s']:.2f}x words/s, peak RSS "
+                 f"{ours['peak_rss_mb'] / peer['peak_rss_mb']:.2f}x")
+    print(line, flush=True)
+    return result
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
@@ -186,6 +223,8 @@ def main(argv=None):
     parser.add_argument("--omp-wait", choices=["PASSIVE", "ACTIVE"], default=None,
                         help="OMP_WAIT_POLICY for both sides; PASSIVE stops idle OpenMP threads spinning, which "
                              "on an oversubscribed machine slows every 2-thread op several-fold")
+    parser.add_argument("--single-sentence-process", action="store_true",
+                        help="also time, per size and side, a process that only embeds single sentences (see above)")
     parser.add_argument("--variant", choices=VARIANTS, default="fp32",
                         help="our side's mode: the exact float32 path, or an optional faster one (see above)")
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
@@ -195,6 +234,7 @@ def main(argv=None):
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
     parser.add_argument("--dump", help=argparse.SUPPRESS)
+    parser.add_argument("--batch-size", type=int, default=32, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args)
@@ -224,6 +264,8 @@ def main(argv=None):
                       if peer is not None else None)
         report_size(size, ours, peer, difference, args.variant)
         all_results[size] = {"elmo_hf": ours, "allennlp": peer, "max_abs_difference": difference}
+        if args.single_sentence_process:
+            all_results[size]["single_sentence_process"] = single_sentence_processes(args, size, source, checkpoint)
     all_results["machine_at_end"] = machine_line()
     print(f"\nmachine at end: {all_results['machine_at_end']}; torch: {ours_rounds[0]['env']}, "
           f"OMP_WAIT_POLICY={args.omp_wait}; json: {args.work_dir / 'results.json'}")

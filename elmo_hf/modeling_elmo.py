@@ -161,7 +161,7 @@ class ElmoBiLstmLayer(nn.Module):
         needs_gradient = torch.is_grad_enabled() and any(
             tensor.requires_grad for tensor in (gate_inputs, cell, hidden, *self.parameters())
         )
-        prepacked = not needs_gradient and self._prepacked_products_apply(gate_inputs)
+        prepacked = not needs_gradient and self._prepacked_products_apply(gate_inputs, batch_sizes)
         # Per-step views (backward then joins the steps' gradients once, where slicing the whole tensor at every step
         # would fill a zero gradient of its full size per step): steps x (2, active, 4 * lstm_dim).
         if gate_rows is None:
@@ -201,6 +201,7 @@ class ElmoBiLstmLayer(nn.Module):
         """`step_gate_input + hidden @ recurrent_weight`, both directions: `(2, active, 4 * lstm_dim)`."""
         if not prepacked or hidden.shape[1] == 1:
             # One row: a matrix-vector product, memory-bound; the plain product streams the weight fastest.
+            # (The tail of a sorted batch, where only its longest sentence still runs.)
             return torch.baddbmm(step_gate_input, hidden, self.recurrent_weight)
         linear_plus_gate_input = torch.ops.mkldnn._linear_pointwise.binary
         return torch.stack(
@@ -222,16 +223,19 @@ class ElmoBiLstmLayer(nn.Module):
             ]
         )  # (2, active, projection_dim)
 
-    def _prepacked_products_apply(self, gate_inputs):
+    def _prepacked_products_apply(self, gate_inputs, batch_sizes):
         r"""
         Whether the per-step products, when nothing needs a gradient (they have none), use weights prepacked for
-        oneDNN (`_prepacked`): float32 on a CPU with oneDNN.
+        oneDNN (`_prepacked`): float32 on a CPU with oneDNN, and more than one row at the first step.
 
         A product with a weight packed once runs 1.4-4x faster on a CPU than a `bmm` that repacks the weight at
-        every step (`benchmarks/RESULTS.md`); at one row the plain recurrent product stays faster.
+        every step (`benchmarks/RESULTS.md`). At one row the products are memory-bound and the plain ones are as
+        fast, so a single sentence never builds the packed copy (168 MB at the original size): a process that
+        embeds one sentence at a time does not hold it.
         """
         return (
-            self.recurrent_weight.device.type == "cpu"
+            batch_sizes[0] > 1
+            and self.recurrent_weight.device.type == "cpu"
             and self.recurrent_weight.dtype == torch.float32
             and gate_inputs.dtype == torch.float32
             and torch.backends.mkldnn.is_available()
