@@ -14,6 +14,10 @@ shared peer folder, `../shared/peer` relative to the repository (or `--peer-dir`
      the ratios.
 Both sides count words without the sentence boundaries and time the tokenization too (prep).
 
+`--device cuda` runs our side on a GPU (every batch's vectors are copied back to the host inside the timed call,
+which also waits for the GPU); allennlp's harness stays on the CPU, so the ratios then compare a GPU with 2 CPU
+threads.
+
 `--single-sentence-process` adds, per size, one more process per side that only ever embeds one sentence at a
 time (the shared harness with batch size 1 on the first 50 sentences, no output check): the peak RSS of a
 sentence-at-a-time service, which the main run cannot show because its batch-1 mode runs after the batches of 32
@@ -64,21 +68,22 @@ def worker(args):
         model = model.to(torch.bfloat16)
     elif args.variant == "int8":
         model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    model = model.to(args.device)
     tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
 
     def prep(sentences):
-        return tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+        return tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt").to(args.device)
 
     def embed(batch):
-        # Like allennlp's output: an average of all layers (a scalar mix with equal weights).
-        return torch.stack(model(**batch, output_hidden_states=True).hidden_states).mean(0).float()
+        # Like allennlp's output: an average of all layers (a scalar mix with equal weights), on the host.
+        return torch.stack(model(**batch, output_hidden_states=True).hidden_states).mean(0).float().cpu()
 
     sentences = make_workload(args.n_sent, seed=0)
     if args.dump is not None:
         with torch.inference_mode():
             layers = model(**prep(sentences[:CHECK_SENTENCES]), output_hidden_states=True).hidden_states
         # (layers, batch, words, dim), boundaries cut
-        np.save(args.dump, torch.stack(layers)[:, :, 1:-1].float().numpy())
+        np.save(args.dump, torch.stack(layers)[:, :, 1:-1].float().cpu().numpy())
 
     results = benchlib.run_suite(prep, embed, lambda: None, sentences, reps=args.reps, batch_size=args.batch_size,
                                  log=lambda message: print(message, flush=True))
@@ -91,7 +96,7 @@ def run_ours(args, checkpoint, json_path, dump_path):
     """Our worker process on the main workload; with `dump_path` None, a single-sentence process (see above)."""
     command = [sys.executable, __file__, "--worker", str(checkpoint), "--json", str(json_path),
                "--reps", str(args.reps), "--threads", str(args.threads), "--peer-dir", str(args.peer_dir),
-               "--variant", args.variant, *_workload_arguments(args, dump_path is None)]
+               "--variant", args.variant, "--device", args.device, *_workload_arguments(args, dump_path is None)]
     if dump_path is not None:
         command += ["--dump", str(dump_path)]
     subprocess.run(command, check=True, env=_environment(args))
@@ -225,6 +230,7 @@ def main(argv=None):
                              "on an oversubscribed machine slows every 2-thread op several-fold")
     parser.add_argument("--single-sentence-process", action="store_true",
                         help="also time, per size and side, a process that only embeds single sentences (see above)")
+    parser.add_argument("--device", default="cpu", help="our side's device, e.g. cuda (see above)")
     parser.add_argument("--variant", choices=VARIANTS, default="fp32",
                         help="our side's mode: the exact float32 path, or an optional faster one (see above)")
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
@@ -242,11 +248,18 @@ def main(argv=None):
         raise ValueError(f"peer folder {args.peer_dir} lacks workload.py (pass --peer-dir)")
     if args.peer_venv is not None and not (args.peer_venv / "bin" / "python").is_file():
         raise ValueError(f"--peer-venv {args.peer_venv} has no bin/python (make it with setup_peervenv.sh)")
+    if args.device != "cpu":
+        import torch
+
+        if args.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"--device {args.device}: this torch sees no CUDA device")
     args.work_dir.mkdir(parents=True, exist_ok=True)
 
     all_results = {"machine_at_start": machine_line()}
     all_results["variant"] = args.variant
-    print(f"machine at start: {all_results['machine_at_start']}; elmo_hf variant: {args.variant}", flush=True)
+    all_results["device"] = args.device
+    print(f"machine at start: {all_results['machine_at_start']}; elmo_hf variant: {args.variant} on {args.device}",
+          flush=True)
     for size in args.sizes:
         source, checkpoint = prepare(args, size)
         ours_rounds, peer_rounds = [], []
