@@ -347,6 +347,7 @@ def test_feature_extraction_and_text_classification_pipelines_on_raw_text(tokeni
         ElmoForSequenceClassification, num_labels=2, id2label={0: "negative", 1: "positive"}
     )
     result = pipeline("text-classification", model=classifier, tokenizer=tokenizer)(text)
-    probabilities = classifier(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0]
+    with torch.no_grad():
+        probabilities = classifier(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0]
     assert result == [{"label": classifier.config.id2label[int(probabilities.argmax())], "score": pytest.approx(
         float(probabilities.max()), rel=1e-5)}]
