@@ -4,16 +4,14 @@ products; the oneDNN-packed ones are CPU-only). Skipped where torch sees no GPU.
 import pytest
 import torch
 
-from conftest import tiny_model
-from test_fast_path import random_batch
+from test_fast_path import tiny_model_and_batch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
 
 
 def test_cuda_layers_and_state_equal_the_cpu():
-    model = tiny_model(seed=12).double()
-    generator = torch.Generator().manual_seed(9)
-    input_ids, _ = random_batch(generator, batch=5, max_words=8, chars=model.config.max_characters_per_token)
+    model, input_ids = tiny_model_and_batch(model_seed=12, batch_seed=9, batch=5, max_words=8)
+    model = model.double()
     with torch.no_grad():
         expected = model(input_ids, output_hidden_states=True)
         on_gpu = model.to("cuda")(input_ids.to("cuda"), output_hidden_states=True)
@@ -25,9 +23,8 @@ def test_cuda_layers_and_state_equal_the_cpu():
 
 
 def test_cuda_gradients_equal_the_cpu():
-    model = tiny_model(seed=13).double()
-    input_ids, _ = random_batch(torch.Generator().manual_seed(10), batch=4, max_words=6,
-                                chars=model.config.max_characters_per_token)
+    model, input_ids = tiny_model_and_batch(model_seed=13, batch_seed=10, batch=4, max_words=6)
+    model = model.double()
 
     def gradients(device):
         model.to(device).zero_grad()

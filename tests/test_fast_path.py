@@ -147,8 +147,8 @@ def test_fast_path_gradients_equal_reference():
         torch.testing.assert_close(fast_gradients[name], parameter.grad, rtol=0, atol=1e-9, msg=name)
 
 
-def _model_and_batch(model_seed, batch_seed, batch, max_words):
-    """A tiny float32 model and a random batch of char ids for it."""
+def tiny_model_and_batch(model_seed, batch_seed, batch, max_words):
+    """A tiny float32 model (`tiny_model(seed=model_seed)`) and a `random_batch` of char ids for it."""
     model = tiny_model(seed=model_seed)
     input_ids, _ = random_batch(torch.Generator().manual_seed(batch_seed), batch=batch, max_words=max_words,
                                 chars=model.config.max_characters_per_token)
@@ -182,7 +182,7 @@ def test_prepacked_products_equal_the_plain_products_in_float32():
 
 @needs_onednn
 def test_a_single_sentence_builds_no_packed_weights():
-    model, input_ids = _model_and_batch(model_seed=10, batch_seed=7, batch=1, max_words=6)
+    model, input_ids = tiny_model_and_batch(model_seed=10, batch_seed=7, batch=1, max_words=6)
     single = _forward_float32(model, input_ids, needs_gradient=False)
     assert not any(layer in modeling_elmo._PREPACKED_WEIGHTS for layer in model.encoder.layers)
     torch.testing.assert_close(single, _forward_float32(model, input_ids, needs_gradient=True), rtol=0, atol=0)
@@ -192,7 +192,7 @@ def test_a_single_sentence_builds_no_packed_weights():
 
 @needs_onednn
 def test_prepacked_weights_follow_weight_changes():
-    model, input_ids = _model_and_batch(model_seed=8, batch_seed=5, batch=5, max_words=6)
+    model, input_ids = tiny_model_and_batch(model_seed=8, batch_seed=5, batch=5, max_words=6)
     before = _forward_float32(model, input_ids, needs_gradient=False)
     with torch.no_grad():
         model.encoder.layers[1].recurrent_weight.mul_(-0.5)  # in place
@@ -207,7 +207,7 @@ def test_prepacked_weights_follow_weight_changes():
 
 @needs_onednn
 def test_a_model_that_has_used_packed_weights_still_copies_and_saves(tmp_path):
-    model, input_ids = _model_and_batch(model_seed=9, batch_seed=6, batch=3, max_words=5)
+    model, input_ids = tiny_model_and_batch(model_seed=9, batch_seed=6, batch=3, max_words=5)
     expected = _forward_float32(model, input_ids, needs_gradient=False)
     copied = copy.deepcopy(model)
     model.save_pretrained(tmp_path)
