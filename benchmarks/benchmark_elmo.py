@@ -92,22 +92,24 @@ def worker(args):
         json.dump(results, output, indent=1)
 
 
-def run_ours(args, checkpoint, json_path, dump_path):
-    """Our worker process on the main workload; with `dump_path` None, a single-sentence process (see above)."""
+def run_ours(args, checkpoint, json_path, dump_path=None, single_sentences=False):
+    """Our worker process: the main workload, or with `single_sentences` one sentence at a time (see above); the
+    check vectors go to `dump_path` when given."""
     command = [sys.executable, __file__, "--worker", str(checkpoint), "--json", str(json_path),
                "--reps", str(args.reps), "--threads", str(args.threads), "--peer-dir", str(args.peer_dir),
-               "--variant", args.variant, "--device", args.device, *_workload_arguments(args, dump_path is None)]
+               "--variant", args.variant, "--device", args.device, *_workload_arguments(args, single_sentences)]
     if dump_path is not None:
         command += ["--dump", str(dump_path)]
     subprocess.run(command, check=True, env=_environment(args))
     return json.loads(json_path.read_text())
 
 
-def run_peer(args, model_dir, json_path, dump_path):
-    """allennlp's process on the main workload; with `dump_path` None, a single-sentence process (see above)."""
+def run_peer(args, model_dir, json_path, dump_path=None, single_sentences=False):
+    """allennlp's process: the main workload, or with `single_sentences` one sentence at a time (see above); the
+    check vectors go to `dump_path` when given."""
     command = [str(args.peer_venv / "bin" / "python"), str(args.peer_dir / "bench_allennlp.py"), str(model_dir),
                "--json", str(json_path), "--reps", str(args.reps), "--threads", str(args.threads),
-               *_workload_arguments(args, dump_path is None)]
+               *_workload_arguments(args, single_sentences)]
     if dump_path is not None:
         command += ["--dump-ref", str(dump_path)]
     subprocess.run(command, check=True, env=_environment(args))
@@ -204,11 +206,11 @@ def report_size(size, ours, peer, difference, variant):
 def single_sentence_processes(args, size, source, checkpoint):
     """One process per side that embeds only single sentences; prints and returns each side's batch-1 summary."""
     print(f"{size}: single-sentence processes", flush=True)
-    ours = run_ours(args, checkpoint, args.work_dir / f"{size}-ours-single.json", None)["batch1"]
+    ours = run_ours(args, checkpoint, args.work_dir / f"{size}-ours-single.json", single_sentences=True)["batch1"]
     result = {"elmo_hf": ours}
     line = f"single-sentence process: elmo_hf {ours['tok_per_s']:.1f} words/s, peak RSS {ours['peak_rss_mb']:.0f} MB"
     if args.peer_venv is not None:
-        peer = run_peer(args, source, args.work_dir / f"{size}-peer-single.json", None)["batch1"]
+        peer = run_peer(args, source, args.work_dir / f"{size}-peer-single.json", single_sentences=True)["batch1"]
         result["allennlp"] = peer
         line += (f"; allennlp {peer['tok_per_s']:.1f} words/s, peak RSS {peer['peak_rss_mb']:.0f} MB; ratio "
                  f"{ours['tok_per_s'] / peer['tok_per_s']:.2f}x words/s, peak RSS "
