@@ -38,9 +38,11 @@ class ElmoModelOutput(ModelOutput):
             returned when `output_hidden_states=True`): layer 0 is the context-independent token representation
             duplicated, `[x; x]`, then every LSTM layer; 0 at padded positions.
         lstm_states (tuple of two `torch.FloatTensor`s): the LSTM state after each row's last word,
-            `cell` of shape `(num_lstm_layers, 2, batch, lstm_dim)` and `hidden` of shape
-            `(num_lstm_layers, 2, batch, projection_dim)` (direction 0 is forward, 1 backward). Pass it as
-            `lstm_states` to the next call to continue each row where it stopped, as bilm-tf does.
+            `cell` of shape `(num_lstm_layers, 2, rows, lstm_dim)` and `hidden` of shape
+            `(num_lstm_layers, 2, rows, projection_dim)` (direction 0 is forward, 1 backward), where `rows` is
+            `max(batch, rows of the lstm_states passed in)`: rows of a passed state past the batch are carried
+            through unchanged. Pass it as `lstm_states` to the next call to continue each row where it stopped,
+            as bilm-tf does.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -288,21 +290,32 @@ class ElmoBiLstm(nn.Module):
             word_index (`(batch, words)`): the row of `word_embeddings` at each position, right-padded (any value
                 at padding).
             lengths (`(batch,)`): valid words per row.
-            lstm_states (optional tuple `(cell, hidden)` of shapes `(layers, 2, batch, lstm_dim)` and
-                `(layers, 2, batch, projection_dim)`): the state to start from; zeros when None.
+            lstm_states (optional tuple `(cell, hidden)` of shapes `(layers, 2, rows, lstm_dim)` and
+                `(layers, 2, rows, projection_dim)`): the state to start from; zeros when None. As in bilm-tf,
+                `rows` may differ from `batch`: batch row i continues state row i, state rows past the batch are
+                carried through unchanged, and batch rows past the state start from zeros.
             dropout (float): dropout probability on every layer's input (the residual adds the dropped input).
 
         Returns:
             a list with each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at
-            padded positions, and the final `(cell, hidden)` state in the shapes above.
+            padded positions, and the final `(cell, hidden)` state in the shapes above with `max(batch, rows)` rows.
         """
         batch, words = word_index.shape
         num_layers = len(self.layers)
         if lstm_states is None:
             cells = word_embeddings.new_zeros(num_layers, 2, batch, self.lstm_dim)
             hiddens = word_embeddings.new_zeros(num_layers, 2, batch, self.projection_dim)
+            carried_cells = carried_hiddens = None
         else:
-            cells, hiddens = self._checked_states(lstm_states, batch, word_embeddings)
+            cells, hiddens = self._checked_states(lstm_states, word_embeddings)
+            # bilm-tf's state variables are sized for the largest batch: a smaller batch reads and writes only the
+            # first rows and leaves the others for later batches; a larger one starts its new rows from zeros.
+            carried_cells, carried_hiddens = cells[:, :, batch:], hiddens[:, :, batch:]  # (layers, 2, rows - batch, dim)
+            missing_rows = batch - cells.shape[2]
+            if missing_rows > 0:
+                cells = torch.cat([cells, cells.new_zeros(num_layers, 2, missing_rows, self.lstm_dim)], dim=2)
+                hiddens = torch.cat([hiddens, hiddens.new_zeros(num_layers, 2, missing_rows, self.projection_dim)], dim=2)
+            cells, hiddens = cells[:, :, :batch], hiddens[:, :, :batch]  # (layers, 2, batch, dim)
 
         # Longest rows first, so the rows still running at any step are a prefix of the batch.
         order = torch.argsort(lengths, descending=True, stable=True)
@@ -354,21 +367,24 @@ class ElmoBiLstm(nn.Module):
             # reverse_index keeps padded positions in place, so they stay 0.
             both = torch.cat([padded[0], _gather_words(padded[1], reverse_index)], dim=-1)  # (batch, words, 2 * proj)
             results.append(both[restore])
-        final_state = (
-            torch.stack(final_cells)[:, :, restore],  # (layers, 2, batch, lstm_dim)
-            torch.stack(final_hiddens)[:, :, restore],  # (layers, 2, batch, projection_dim)
-        )
-        return results, final_state
+        final_cells = torch.stack(final_cells)[:, :, restore]  # (layers, 2, batch, lstm_dim)
+        final_hiddens = torch.stack(final_hiddens)[:, :, restore]  # (layers, 2, batch, projection_dim)
+        if carried_cells is not None and carried_cells.shape[2]:
+            final_cells = torch.cat([final_cells, carried_cells], dim=2)  # (layers, 2, rows, lstm_dim)
+            final_hiddens = torch.cat([final_hiddens, carried_hiddens], dim=2)  # (layers, 2, rows, projection_dim)
+        return results, (final_cells, final_hiddens)
 
-    def _checked_states(self, lstm_states, batch, like):
+    def _checked_states(self, lstm_states, like):
+        """The `(cell, hidden)` pair of `lstm_states`, checked: any number of rows, the same in both."""
         if not isinstance(lstm_states, (tuple, list)) or len(lstm_states) != 2:
             raise ValueError("lstm_states must be a (cell, hidden) pair, as returned in ElmoModelOutput.lstm_states")
         cells, hiddens = lstm_states
-        expected_cells = (len(self.layers), 2, batch, self.lstm_dim)
-        expected_hiddens = (len(self.layers), 2, batch, self.projection_dim)
+        rows = cells.shape[2] if cells.dim() == 4 else "rows"
+        expected_cells = (len(self.layers), 2, rows, self.lstm_dim)
+        expected_hiddens = (len(self.layers), 2, rows, self.projection_dim)
         if tuple(cells.shape) != expected_cells or tuple(hiddens.shape) != expected_hiddens:
             raise ValueError(
-                f"lstm_states must have shapes {expected_cells} and {expected_hiddens} (layers, directions, batch, "
+                f"lstm_states must have shapes {expected_cells} and {expected_hiddens} (layers, directions, rows, "
                 f"dim), got {tuple(cells.shape)} and {tuple(hiddens.shape)}"
             )
         return cells.to(like), hiddens.to(like)
@@ -568,7 +584,9 @@ class ElmoModel(ElmoPreTrainedModel):
             output_hidden_states (bool, optional): also return every layer in `hidden_states`.
             return_dict (bool, optional): return an [`ElmoModelOutput`] (default) or a tuple.
             lstm_states (tuple `(cell, hidden)`, optional): continue each row from this LSTM state (the
-                `lstm_states` of the previous output, same batch size) instead of from zeros.
+                `lstm_states` of the previous output) instead of from zeros. As in bilm-tf, the batch may be
+                smaller or larger than the state: row i continues state row i, state rows past the batch are
+                returned unchanged, and new rows start from zeros; the returned state has `max(batch, rows)` rows.
             lstm_dropout (float, defaults to 0.0): dropout on every LSTM layer's input, applied whatever the
                 module's mode; [`ElmoForPreTraining`] passes `config.pretraining_dropout` while training.
 

@@ -102,9 +102,9 @@ def test_wrong_input_shape(shape, message):
 
 def test_wrong_lstm_state_shape(tokenizer):
     model = tiny_model()
-    states = model(**encode(tokenizer, SENTENCES)).lstm_states
-    with pytest.raises(ValueError, match=r"lstm_states must have shapes \(2, 2, 1, 16\) and \(2, 2, 1, 8\)"):
-        model(**encode(tokenizer, SENTENCES[:1]), lstm_states=states)
+    cell, hidden = model(**encode(tokenizer, SENTENCES)).lstm_states
+    with pytest.raises(ValueError, match=r"lstm_states must have shapes \(2, 2, 3, 16\) and \(2, 2, 3, 8\)"):
+        model(**encode(tokenizer, SENTENCES[:1]), lstm_states=(cell, hidden[:, :, :2]))
 
 
 def test_save_and_load_round_trip_with_safetensors_only(tmp_path, tokenizer):
