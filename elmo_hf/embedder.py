@@ -410,8 +410,9 @@ def _open_work_dir(work_dir, settings, resume):
                 + ", ".join(f"{key} (was {saved.get(key)!r}, now {settings.get(key)!r})" for key in changed)
             )
         return {int(path.stem.split("-")[1]) for path in work_dir.glob("chunk-*.npz")}
-    # A folder without a manifest was interrupted before its first chunk was saved: nothing in it to keep.
-    work_dir.mkdir(exist_ok=True)
+    # A folder without a manifest was interrupted before its first chunk was saved: nothing in it to keep. The
+    # output's own folder is created too, as users of a command expect.
+    work_dir.mkdir(parents=True, exist_ok=True)
     _write_atomically(manifest, lambda file: file.write(json.dumps(settings, indent=2).encode("utf-8")))
     return set()
 

@@ -36,6 +36,16 @@ def test_embed_writes_what_the_python_api_returns(model_dir, tmp_path, capsys):
     assert sentence_to_index["Hello"] == "1"
 
 
+def test_embed_creates_the_output_folders(model_dir, tmp_path):
+    """A fresh clone has no outputs/ folder (it is git-ignored): the README's main command must create it."""
+    write_lines(tmp_path / "input.txt", SENTENCES)
+    output = tmp_path / "outputs" / "nested" / "vectors.hdf5"
+    cli.main(["embed", str(tmp_path / "input.txt"), str(output), "--model", str(model_dir), "--quiet"])
+    arrays, _ = read_output(output)
+    assert len(arrays) == len(SENTENCES)
+    assert sorted(path.name for path in output.parent.iterdir()) == ["vectors.hdf5"]  # no .partial left behind
+
+
 def test_token_cache_option_gives_the_same_file(model_dir, tmp_path):
     write_lines(tmp_path / "input.txt", SENTENCES)
     (tmp_path / "vocab.txt").write_text("The\ncat\n.\nHello\n\nsleep\n", encoding="utf-8")
