@@ -2,11 +2,13 @@
 
 import argparse
 import contextlib
+import os
 import runpy
 import sys
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import transformers
 
 from . import DEFAULT_MODEL
@@ -21,6 +23,10 @@ its index (the layout of allennlp's `elmo` command).
 
 Memory stays bounded whatever the size of INPUT. OUTPUT appears only once it is complete; until then
 the finished chunks sit in OUTPUT.partial/, and --resume continues from them.
+
+Under torchrun or accelerate launch, the processes (one per GPU or CPU socket) share the chunks and
+write them into the same OUTPUT.partial/, which they must all see; the first process then assembles
+OUTPUT. A run may be resumed with any number of processes.
 """
 EMBED_EXAMPLES = """\
 examples:
@@ -28,6 +34,7 @@ examples:
   elmo-hf embed corpus.txt vectors.npz --model ./elmo-original --tokenize --layers average
   elmo-hf embed corpus.txt vectors.hdf5 --model ./elmo-original --sentence-vectors --layers mix --mix-weights 0.2 0.3 0.5
   elmo-hf embed corpus.txt vectors.hdf5 --model ./elmo-original --resume   # after an interrupted run
+  torchrun --nproc_per_node 2 -m elmo_hf.cli embed corpus.txt vectors.hdf5 --model ./elmo-original
 
 reading the output in Python:
   with h5py.File("vectors.hdf5", "r") as f:
@@ -62,7 +69,10 @@ def build_parser():
         "English ELMo shipped in the package, elmo_hf.DEFAULT_MODEL)",
     )
     model.add_argument(
-        "--device", default=None, help="where to run, e.g. cpu, cuda, cuda:1 (default: cuda when available, else cpu)"
+        "--device",
+        default=None,
+        help="where to run, e.g. cpu, cuda, cuda:1 (default: cuda when available, else cpu; under torchrun or "
+        "accelerate launch, cuda:LOCAL_RANK)",
     )
     model.add_argument("--dtype", choices=DTYPES, default="float32", help="compute dtype; vectors are saved as float32")
     vectors = embed.add_argument_group("what to write")
@@ -154,12 +164,35 @@ def perplexity(argv):
         runpy.run_path(str(PERPLEXITY_SCRIPT), run_name="__main__")
 
 
-def embed(args):
-    from .embedder import ElmoEmbedder
+@contextlib.contextmanager
+def _process_group(device):
+    """Join the torch.distributed group that torchrun or `accelerate launch` describe in the environment (gloo on
+    a CPU, nccl on GPUs), for the duration of one command; nothing when started as a single process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1 or dist.is_initialized():
+        yield
+        return
+    dist.init_process_group(backend="nccl" if torch.device(device).type == "cuda" else "gloo")
+    try:
+        yield
+        dist.barrier()  # every process is done with the group before any leaves it
+    finally:
+        dist.destroy_process_group()
 
+
+def embed(args):
     if args.quiet:
         transformers.utils.logging.disable_progress_bar()  # the "Loading weights" bar
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device
+    if device is None:
+        local_rank = os.environ.get("LOCAL_RANK")  # torchrun: one process per GPU
+        device = "cpu" if not torch.cuda.is_available() else f"cuda:{local_rank}" if local_rank else "cuda"
+    with _process_group(device):
+        _embed(args, device)
+
+
+def _embed(args, device):
+    from .embedder import ElmoEmbedder
+
     embedder = ElmoEmbedder.from_pretrained(args.model, device=device, dtype=DTYPES[args.dtype])
     if args.token_cache:
         with open(args.token_cache, encoding="utf-8") as vocabulary:
@@ -177,7 +210,7 @@ def embed(args):
         resume=args.resume,
         progress=not args.quiet,
     )
-    if not args.quiet:
+    if not args.quiet and (not dist.is_initialized() or dist.get_rank() == 0):
         print(
             f"embedded {summary['sentences']:,} sentences ({summary['tokens']:,} tokens) in {summary['seconds']:.1f} s; "
             f"wrote {args.output}",

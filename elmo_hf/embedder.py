@@ -3,8 +3,9 @@
 [`ElmoEmbedder`] batches sentences by length, runs [`ElmoModel`] and returns one array per sentence without the
 `<S>`/`</S>` boundaries. `ElmoEmbedder.embed_file` streams a file with one sentence per line into `.hdf5` or `.npz`
 in bounded memory: finished chunks are kept in `OUTPUT.partial/` so that an interrupted run resumes where it stopped,
-and OUTPUT itself appears, by an atomic rename, only once it is complete. [`ElmoTokenCache`] replaces the character
-encoder by a table lookup for the words of a known vocabulary.
+and OUTPUT itself appears, by an atomic rename, only once it is complete; under torchrun or `accelerate launch`
+the processes share the chunks. `ElmoEmbedder.embed_dataset` adds the vectors to a `datasets.Dataset` as a column.
+[`ElmoTokenCache`] replaces the character encoder by a table lookup for the words of a known vocabulary.
 """
 
 import hashlib
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
@@ -187,6 +189,13 @@ class ElmoEmbedder:
         that name is never half-written. The last step copies the chunks into it, so the disk must hold the output
         twice for a moment.
 
+        In a `torch.distributed` process group (torchrun, `accelerate launch`; `elmo-hf embed` joins the one their
+        environment describes), every process calls this with the same arguments: the chunks still to do are dealt
+        out in turn, each process writes its finished chunks into the same `OUTPUT.partial/` (a filesystem all of
+        them see), and after a barrier the first process assembles OUTPUT in input order. A chunk's vectors do not
+        depend on which process computed it, so the file is byte-identical to a one-process run on the same device
+        and thread count, and `resume` works with any number of processes.
+
         Args:
             input_path (str or Path): UTF-8 text, one sentence per line; an empty line is an error.
             output_path (str or Path): ending in `.hdf5`/`.h5` (needs h5py) or `.npz`; must not exist yet.
@@ -199,7 +208,8 @@ class ElmoEmbedder:
             progress (bool, defaults to True): show a progress bar on stderr.
 
         Returns:
-            a dict with `sentences` and `tokens` embedded by this call (resumed chunks not counted) and `seconds`.
+            a dict with `sentences` and `tokens` embedded by this call (by all processes; resumed chunks not counted)
+            and `seconds`.
         """
         output_path = Path(output_path)
         output_format = OUTPUT_FORMATS.get(output_path.suffix.lower())
@@ -229,17 +239,21 @@ class ElmoEmbedder:
             "output_format": output_format,
         }
         work_dir = output_path.with_name(output_path.name + ".partial")
-        finished = _open_work_dir(work_dir, settings, resume)
+        rank, world_size = _rank_and_world_size()
+        finished = _on_first_process(lambda: _open_work_dir(work_dir, settings, resume))
+        pending = [chunk for chunk in range(-(-line_count // chunk_size)) if chunk not in finished]
+        mine = set(pending[rank::world_size])  # this process's share, dealt in turn
 
         start, sentences_done, tokens_done = time.monotonic(), 0, 0
-        initial = sum(min(chunk_size, line_count - chunk * chunk_size) for chunk in finished)
+        my_lines = sum(min(chunk_size, line_count - chunk * chunk_size) for chunk in mine)
+        description = "embedding" if world_size == 1 else f"embedding (process 0 of {world_size})"
         with tqdm(
-            total=line_count, initial=initial, unit="sent", desc="embedding", file=sys.stderr, disable=not progress
+            total=my_lines, unit="sent", desc=description, file=sys.stderr, disable=not progress or rank != 0
         ) as bar:
             lines_read = 0
             for chunk, lines in enumerate(_read_chunks(input_path, chunk_size)):
                 lines_read += len(lines)
-                if chunk in finished:
+                if chunk not in mine:
                     continue
                 sentences = [self.tokenizer.tokenize(line) if tokenize else line.split() for line in lines]
                 arrays = [None] * len(sentences)
@@ -256,9 +270,76 @@ class ElmoEmbedder:
                 _write_chunk(work_dir, chunk, chunk * chunk_size, arrays)
         if lines_read != line_count:
             raise ValueError(f"{input_path} changed while it was read: {line_count} lines at first, then {lines_read}")
-        _assemble(work_dir, output_path, output_format, input_path, chunk_size)
-        shutil.rmtree(work_dir)
+        if world_size > 1:
+            dist.barrier()  # every chunk is on disk
+            counts = torch.tensor([sentences_done, tokens_done], dtype=torch.long)
+            dist.all_reduce(counts)
+            sentences_done, tokens_done = counts.tolist()
+
+        def assemble():
+            _assemble(work_dir, output_path, output_format, input_path, chunk_size)
+            shutil.rmtree(work_dir)
+
+        _on_first_process(assemble)  # the others return once OUTPUT exists
         return {"sentences": sentences_done, "tokens": tokens_done, "seconds": time.monotonic() - start}
+
+    def embed_dataset(
+        self,
+        dataset,
+        column="tokens",
+        output_column="elmo",
+        layers="all",
+        mix_weights=None,
+        sentence_vectors=False,
+        batch_size=64,
+        max_tokens_per_batch=None,
+        map_batch_size=1000,
+        split_by_process=True,
+    ):
+        r"""
+        A `datasets.Dataset` with the ELMo vectors of each row's tokens in a new column, through `Dataset.map`
+        (batched: the sentences of each map batch are sorted by length and run `batch_size` at a time).
+
+        Args:
+            dataset (`datasets.Dataset`): rows with a list of words in `column`.
+            column (str, defaults to "tokens"): the column holding each sentence's words.
+            output_column (str, defaults to "elmo"): the new column; each value is what `embed_sentences` returns
+                for the row, e.g. `(layers, words, 2 * projection_dim)` for `layers="all"` (read it back as arrays
+                with `dataset.with_format("numpy")`).
+            layers, mix_weights, sentence_vectors, batch_size, max_tokens_per_batch: as for `embed_sentences`.
+            map_batch_size (int, defaults to 1000): rows handed to each call of the map function.
+            split_by_process (bool, defaults to True): under torchrun or `accelerate launch` (a `torch.distributed`
+                group, or the `RANK`/`WORLD_SIZE` variables they set), keep only this process's share of the rows,
+                with `datasets.distributed.split_dataset_by_node`, so that the processes embed the dataset together.
+
+        Returns:
+            the (possibly split) dataset with `output_column` added.
+        """
+        if column not in dataset.column_names:
+            raise ValueError(f"dataset has no column {column!r}; its columns are {dataset.column_names}")
+        if output_column in dataset.column_names:
+            raise ValueError(f"dataset already has a column {output_column!r}: choose another output_column")
+        self._layer_weights(layers, mix_weights)  # fail on bad settings before the first batch
+        rank, world_size = _rank_and_world_size(from_environment=True)
+        if split_by_process and world_size > 1:
+            from datasets.distributed import split_dataset_by_node
+
+            dataset = split_dataset_by_node(dataset, rank=rank, world_size=world_size)
+        settings = [layers, mix_weights, sentence_vectors, column, output_column, str(self.model.dtype)]
+        fingerprint = hashlib.sha256(
+            f"{dataset._fingerprint}{_model_digest(self.model)}{json.dumps(settings)}".encode("utf-8")
+        ).hexdigest()
+
+        def embed(rows):
+            vectors = self.embed_sentences(
+                rows[column], layers, mix_weights, sentence_vectors, batch_size, max_tokens_per_batch
+            )
+            return {output_column: vectors}
+
+        # The fingerprint names the result for datasets' cache: without it, datasets would hash the model by pickling.
+        return dataset.map(
+            embed, batched=True, batch_size=map_batch_size, new_fingerprint=fingerprint[:32], desc="ELMo vectors"
+        )
 
     def _layer_weights(self, layers, mix_weights):
         """(num_layers,) weights that mix the layers into one, or None to keep them all."""
@@ -340,6 +421,34 @@ def length_batches(lengths, batch_size, max_tokens_per_batch=None):
         batch.append(index)
     if batch:
         yield batch
+
+
+def _rank_and_world_size(from_environment=False):
+    """(this process's rank, the number of processes): from the `torch.distributed` group when there is one, else
+    (with `from_environment`) from the RANK and WORLD_SIZE variables that torchrun and `accelerate launch` set."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    if from_environment:
+        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return 0, 1
+
+
+def _on_first_process(work):
+    """Run `work()` on process 0 of the group (or alone) and give every process its result, or its error."""
+    rank, world_size = _rank_and_world_size()
+    if world_size == 1:
+        return work()
+    outcome = [None]
+    if rank == 0:
+        try:
+            outcome = [("result", work())]
+        except (ValueError, OSError) as error:  # a user error (settings, files): every process raises it
+            outcome = [("error", type(error).__name__, str(error))]
+    dist.broadcast_object_list(outcome, src=0)  # also a barrier
+    if outcome[0][0] == "error":
+        _, name, message = outcome[0]
+        raise {"FileExistsError": FileExistsError, "ValueError": ValueError}.get(name, OSError)(message)
+    return outcome[0][1]
 
 
 def _check_positive(name, value):
