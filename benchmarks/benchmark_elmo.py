@@ -1,18 +1,23 @@
-"""Time elmo_hf's ElmoModel against allennlp's ELMo on the same random weights and the same workload.
+"""Time elmo_hf's ElmoModel against allennlp's ELMo and bilm-tf on the same random weights and the same workload.
 
-    python benchmarks/benchmark_elmo.py --peer-venv /path/to/peer-venv [--sizes small medium original]
-        [--reps 3] [--rounds 1] [--threads 2] [--n-sent 512] [--omp-wait PASSIVE] [--work-dir /tmp/elmo-bench]
+    python benchmarks/benchmark_elmo.py --peer-venv /path/to/peer-venv [--bilmtf-venv /path/to/bilmtf-venv]
+        [--sizes small medium original] [--reps 3] [--rounds 1] [--threads 2] [--n-sent 512] [--omp-wait PASSIVE]
+        [--work-dir /tmp/elmo-bench]
 
 The workload (`workload.make_workload(512, seed=0)`, or its first `--n-sent` sentences), the timing harness
 (`benchlib.run_suite`) and the random weights (`make_random_elmo.py`, the published hdf5 layout) come from the
 shared peer folder, `../shared/peer` relative to the repository (or `--peer-dir`). For each size this script
   1. writes random weights with make_random_elmo.py and converts them with our converter (`convert_hdf5`);
-  2. times our model and, when a peer venv is given (see `setup_peervenv.sh` in the peer folder), allennlp's,
-     each in its own process so that peak RSS figures do not mix; `--rounds 2` alternates the two processes
-     twice and keeps each mode's best round, which damps the noise of a shared machine;
-  3. checks that both give the same vectors (every layer, first 8 sentences, zero initial state) and prints
-     the ratios.
-Both sides count words without the sentence boundaries and time the tokenization too (prep).
+  2. measures this machine's roofs for that configuration (`roofline.py`, same thread count): the compute roof
+     (its GEMM rate at the model's shapes) for the batches of 32 and the memory roof (the bandwidth of one-row
+     products on the LSTM's weights) for batch 1, and prints each mode's fraction of its roof;
+  3. times our model and each peer whose venv is given (allennlp's: `setup_peervenv.sh` in the peer folder;
+     bilm-tf's, the graph TF Hub's ELMo runs: `setup_bilmtf_venv.sh`), each in its own process so that peak RSS
+     figures do not mix; `--rounds 2` alternates the processes twice and keeps each mode's best round, which damps
+     the noise of a shared machine;
+  4. checks that each peer gives our vectors (every layer, first 8 sentences, zero initial state, allclose atol
+     1e-5) and prints the ratios; a peer whose vectors differ gets no ratio.
+All sides count words without the sentence boundaries and time the tokenization too (prep).
 
 `--device cuda` runs our side on a GPU (every batch's vectors are copied back to the host inside the timed call,
 which also waits for the GPU); allennlp's harness stays on the CPU, so the ratios then compare a GPU with 2 CPU
@@ -46,6 +51,10 @@ SIZES = {
 # Output check: absolute tolerance per size (the issue asks for 1e-5 at the original size).
 ATOL = 1e-5
 MODES = ("sorted", "unsorted", "batch1")
+# The roof each mode is measured against (roofline.py): the batches of 32 are compute-bound, batch 1 memory-bound.
+ROOF_OF_MODE = {"sorted": "compute", "unsorted": "compute", "batch1": "memory"}
+# Peer name -> its benchmark script in the peer folder (same harness, workload and weights).
+PEER_SCRIPTS = {"allennlp": "bench_allennlp.py", "bilm-tf": "bench_bilm_tf.py"}
 VARIANTS = ("fp32", "bf16", "int8")
 CHECK_SENTENCES = 8
 SINGLE_SENTENCES = 50  # the harness's batch-1 mode times this many
@@ -104,15 +113,29 @@ def run_ours(args, checkpoint, json_path, dump_path=None, single_sentences=False
     return json.loads(json_path.read_text())
 
 
-def run_peer(args, model_dir, json_path, dump_path=None, single_sentences=False):
-    """allennlp's process: the main workload, or with `single_sentences` one sentence at a time (see above); the
+def run_peer(args, model_dir, json_path, dump_path=None, single_sentences=False, peer="allennlp"):
+    """A peer's process: the main workload, or with `single_sentences` one sentence at a time (see above); the
     check vectors go to `dump_path` when given."""
-    command = [str(args.peer_venv / "bin" / "python"), str(args.peer_dir / "bench_allennlp.py"), str(model_dir),
+    command = [str(peer_venvs(args)[peer] / "bin" / "python"), str(args.peer_dir / PEER_SCRIPTS[peer]), str(model_dir),
                "--json", str(json_path), "--reps", str(args.reps), "--threads", str(args.threads),
                *_workload_arguments(args, single_sentences)]
     if dump_path is not None:
         command += ["--dump-ref", str(dump_path)]
     subprocess.run(command, check=True, env=_environment(args))
+    return json.loads(json_path.read_text())
+
+
+def peer_venvs(args):
+    """{peer name: its venv} for the peers given on the command line."""
+    venvs = {"allennlp": args.peer_venv, "bilm-tf": args.bilmtf_venv}
+    return {name: venv for name, venv in venvs.items() if venv is not None}
+
+
+def measure_roofs(args, size, source):
+    """This machine's compute and memory roofs for the size's configuration (roofline.py, in its own process)."""
+    json_path = args.work_dir / f"{size}-roofs.json"
+    subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "roofline.py"), str(source / "options.json"),
+                    "--threads", str(args.threads), "--json", str(json_path)], check=True, env=_environment(args))
     return json.loads(json_path.read_text())
 
 
@@ -177,30 +200,39 @@ def prepare(args, size):
     return source, checkpoint
 
 
-def report_size(size, ours, peer, difference, variant):
+def report_size(size, ours, peers, differences, variant, roofs):
+    """Print a size's table: words/s per mode and side, our fraction of the mode's roof, the ratios against each
+    peer whose vectors matched ours; returns {peer: {mode: ratio}} for those peers."""
     lines = [f"\n== {size} ==",
              f"{'mode':9s} {'impl':9s} {'words/s':>8s} {'rounds':>17s} {'p50 ms':>8s} {'max ms':>8s} "
              f"{'mean ms':>8s} {'peak RSS MB':>11s}"]
+    counted = {name: variant != "fp32" or differences[name] <= ATOL for name in peers}
+    ratios = {name: {} for name in peers if counted[name]}
     for mode in MODES:
-        for name, result in (("elmo_hf", ours), ("allennlp", peer)):
-            if result is None:
-                continue
+        for name, result in (("elmo_hf", ours), *peers.items()):
             summary = result[mode]
             rounds = "/".join(f"{value:.0f}" for value in summary["rounds_tok_per_s"])
             lines.append(f"{mode:9s} {name:9s} {summary['tok_per_s']:8.1f} {rounds:>17s} "
                          f"{summary['batch_p50_ms']:8.1f} {summary['batch_max_ms']:8.1f} "
                          f"{summary['batch_mean_ms']:8.1f} {summary['peak_rss_mb']:11.0f}")
-        if peer is not None:
-            ratio = ours[mode]["tok_per_s"] / peer[mode]["tok_per_s"]
+        roof = roofs[ROOF_OF_MODE[mode]]["words_per_s"]
+        lines.append(f"{mode:9s} elmo_hf at {ours[mode]['tok_per_s'] / roof:.0%} of the {ROOF_OF_MODE[mode]} roof "
+                     f"({roof:.0f} words/s)")
+        for name, peer in peers.items():
+            if not counted[name]:
+                continue
+            ratios[name][mode] = ours[mode]["tok_per_s"] / peer[mode]["tok_per_s"]
             rss = ours[mode]["peak_rss_mb"] / peer[mode]["peak_rss_mb"]
-            lines.append(f"{mode:9s} ratio     {ratio:7.2f}x words/s, peak RSS {rss:.2f}x")
-    if difference is not None and variant != "fp32":
-        lines.append(f"max |elmo_hf {variant} - allennlp fp32| over all layers, {CHECK_SENTENCES} sentences: "
-                     f"{difference:.2e} (the variant's deviation from the exact path)")
-    elif difference is not None:
-        lines.append(f"max |elmo_hf - allennlp| over all layers, {CHECK_SENTENCES} sentences: {difference:.2e} "
-                     f"({'OK' if difference <= ATOL else 'FAIL'} at atol {ATOL})")
+            lines.append(f"{mode:9s} ratio to {name}: {ratios[name][mode]:.2f}x words/s, peak RSS {rss:.2f}x")
+    for name, difference in differences.items():
+        if variant != "fp32":
+            lines.append(f"max |elmo_hf {variant} - {name} fp32| over all layers, {CHECK_SENTENCES} sentences: "
+                         f"{difference:.2e} (the variant's deviation from the exact path)")
+        else:
+            lines.append(f"max |elmo_hf - {name}| over all layers, {CHECK_SENTENCES} sentences: {difference:.2e} "
+                         f"({'OK' if counted[name] else 'FAIL: its timings are not counted'} at atol {ATOL})")
     print("\n".join(lines), flush=True)
+    return ratios
 
 
 def single_sentence_processes(args, size, source, checkpoint):
@@ -238,7 +270,9 @@ def main(argv=None):
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
     parser.add_argument("--peer-dir", type=pathlib.Path, default=REPO_ROOT.parent / "shared" / "peer")
     parser.add_argument("--peer-venv", type=pathlib.Path, default=None,
-                        help="venv made by the peer's setup_peervenv.sh; without it only elmo_hf is timed")
+                        help="venv made by the peer's setup_peervenv.sh (allennlp); without it allennlp is not timed")
+    parser.add_argument("--bilmtf-venv", type=pathlib.Path, default=None,
+                        help="venv made by the peer's setup_bilmtf_venv.sh (bilm-tf); without it bilm-tf is not timed")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
     parser.add_argument("--dump", help=argparse.SUPPRESS)
@@ -248,8 +282,9 @@ def main(argv=None):
         return worker(args)
     if not (args.peer_dir / "workload.py").is_file():
         raise ValueError(f"peer folder {args.peer_dir} lacks workload.py (pass --peer-dir)")
-    if args.peer_venv is not None and not (args.peer_venv / "bin" / "python").is_file():
-        raise ValueError(f"--peer-venv {args.peer_venv} has no bin/python (make it with setup_peervenv.sh)")
+    for option, venv in (("--peer-venv", args.peer_venv), ("--bilmtf-venv", args.bilmtf_venv)):
+        if venv is not None and not (venv / "bin" / "python").is_file():
+            raise ValueError(f"{option} {venv} has no bin/python (make it with the peer folder's setup script)")
     if args.device != "cpu":
         import torch
 
@@ -257,28 +292,33 @@ def main(argv=None):
             raise ValueError(f"--device {args.device}: this torch sees no CUDA device")
     args.work_dir.mkdir(parents=True, exist_ok=True)
 
-    all_results = {"machine_at_start": machine_line()}
+    all_results = {"machine_at_start": machine_line(), "threads": args.threads}
     all_results["variant"] = args.variant
     all_results["device"] = args.device
     print(f"machine at start: {all_results['machine_at_start']}; elmo_hf variant: {args.variant} on {args.device}",
           flush=True)
     for size in args.sizes:
         source, checkpoint = prepare(args, size)
-        ours_rounds, peer_rounds = [], []
+        print(f"{size}: measuring this machine's roofs", flush=True)
+        roofs = measure_roofs(args, size, source)
+        ours_rounds, peer_rounds = [], {name: [] for name in peer_venvs(args)}
         for index in range(args.rounds):
             print(f"{size}: elmo_hf round {index}", flush=True)
             ours_rounds.append(run_ours(args, checkpoint, args.work_dir / f"{size}-ours.json",
                                         args.work_dir / f"{size}-ours.npy"))
-            if args.peer_venv is not None:
-                print(f"{size}: allennlp round {index}", flush=True)
-                peer_rounds.append(run_peer(args, source, args.work_dir / f"{size}-peer.json",
-                                            args.work_dir / f"{size}-peer.npz"))
+            for name, rounds in peer_rounds.items():
+                print(f"{size}: {name} round {index}", flush=True)
+                rounds.append(run_peer(args, source, args.work_dir / f"{size}-{name}.json",
+                                       args.work_dir / f"{size}-{name}.npz", peer=name))
         ours = best_of(ours_rounds)
-        peer = best_of(peer_rounds) if peer_rounds else None
-        difference = (max_difference(args.work_dir / f"{size}-ours.npy", args.work_dir / f"{size}-peer.npz")
-                      if peer is not None else None)
-        report_size(size, ours, peer, difference, args.variant)
-        all_results[size] = {"elmo_hf": ours, "allennlp": peer, "max_abs_difference": difference}
+        peers = {name: best_of(rounds) for name, rounds in peer_rounds.items()}
+        differences = {name: max_difference(args.work_dir / f"{size}-ours.npy", args.work_dir / f"{size}-{name}.npz")
+                       for name in peers}
+        ratios = report_size(size, ours, peers, differences, args.variant, roofs)
+        all_results[size] = {"elmo_hf": ours, **peers, "max_abs_difference": differences, "ratios": ratios,
+                             "roofs": roofs,
+                             "fraction_of_roof": {mode: ours[mode]["tok_per_s"] / roofs[ROOF_OF_MODE[mode]]["words_per_s"]
+                                                  for mode in MODES}}
         if args.single_sentence_process:
             all_results[size]["single_sentence_process"] = single_sentence_processes(args, size, source, checkpoint)
     all_results["machine_at_end"] = machine_line()

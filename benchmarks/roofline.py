@@ -1,0 +1,150 @@
+"""This machine's roofs for an ELMo configuration, measured with torch at the model's own shapes.
+
+    python benchmarks/roofline.py OPTIONS_JSON [--threads 2] [--batch-rows 32] [--tokens 832]
+
+Two roofs, so that speed figures from different machines can be compared as fractions:
+
+- compute roof (batches of 32): the model's FLOPs per word (those of `../shared/peer/flops.py`: char CNN, highway,
+  token projection, the LSTM's input, recurrent and projection products; elementwise work left out) done at the
+  best rate this machine's float32 GEMM reaches on the model's product shapes. Each product's own rate is printed
+  too: the recurrent and projection products run on `--batch-rows` rows, the CNN on its unfolded windows, the
+  others on `--tokens` rows (32 sentences of the workload's mean length, 26 words). An implementation that skips
+  work (the char CNN once per distinct word) can pass the roof; the fraction then says so.
+- memory roof (batch 1): one sentence steps through the LSTM one word at a time, and each step streams the
+  recurrent and projection weights of every layer and direction (the input products run once per sentence, on all
+  its words). The roof is the bandwidth of those one-row products, measured on matrices of the model's shapes, over
+  the bytes they stream per word.
+
+Words here are the workload's words (the model also processes `<S>` and `</S>`, which the roofs do not count), as in
+the benchmark's words/s.
+"""
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+import torch
+
+PEER_DIR = pathlib.Path(__file__).resolve().parents[2] / "shared" / "peer"
+
+
+def rate(product, work, min_seconds=0.3, repeats=5):
+    """Median of `repeats` timings of `product()` (each over enough calls to last `min_seconds`), as work per second."""
+    product()
+    calls, elapsed = 1, 0.0
+    while elapsed < 0.05:  # calibrate: calls per ~0.05 s
+        start = time.perf_counter()
+        for _ in range(calls):
+            product()
+        elapsed = time.perf_counter() - start
+        calls *= 2
+    calls = max(1, int(calls * min_seconds / max(elapsed, 1e-9) / 2))
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            product()
+        rates.append(work * calls / (time.perf_counter() - start))
+    return sorted(rates)[len(rates) // 2]
+
+
+def gemm_rate(rows, inner, columns):
+    """FLOP/s of `x (rows, inner) @ w (inner, columns)` in float32."""
+    x, w = torch.randn(rows, inner), torch.randn(inner, columns) * 0.02
+    out = torch.empty(rows, columns)
+    return rate(lambda: torch.mm(x, w, out=out), 2.0 * rows * inner * columns)
+
+
+def products_per_word(options):
+    """[(name, FLOPs per word, rows kind, inner, columns)]: every matrix product of the model, per word."""
+    cnn, lstm = options["char_cnn"], options["lstm"]
+    chars, char_dim = cnn["max_characters_per_token"], cnn["embedding"]["dim"]
+    filters = sum(count for _, count in cnn["filters"])
+    projection, cell = lstm["projection_dim"], lstm["dim"]
+    directions_and_layers = 2 * lstm["n_layers"]
+    products = [
+        (f"char CNN width {width}", 2.0 * char_dim * width * count * (chars - width + 1), "windows", char_dim * width,
+         count)
+        for width, count in cnn["filters"]
+    ]
+    products += [("highway", 2.0 * filters * 2 * filters, "tokens", filters, 2 * filters)] * cnn["n_highway"]
+    products.append(("token projection", 2.0 * filters * projection, "tokens", filters, projection))
+    products.append(("LSTM input", directions_and_layers * 2.0 * projection * 4 * cell, "tokens", projection, 4 * cell))
+    products.append(("LSTM recurrent", directions_and_layers * 2.0 * projection * 4 * cell, "batch", projection,
+                     4 * cell))
+    products.append(("LSTM projection", directions_and_layers * 2.0 * cell * projection, "batch", cell, projection))
+    return products
+
+
+def compute_roof(options, batch_rows=32, tokens=832):
+    """Words/s at the best GEMM rate on the model's shapes, and each product's rate (GFLOP/s) and FLOPs per word."""
+    chars = options["char_cnn"]["max_characters_per_token"]
+    parts = {}
+    for name, flops, rows_kind, inner, columns in products_per_word(options):
+        if rows_kind == "windows":  # the CNN's unfolded windows: a few words at a time, as the model runs it
+            width = inner // options["char_cnn"]["embedding"]["dim"]
+            rows = 64 * (chars - width + 1)
+        else:
+            rows = batch_rows if rows_kind == "batch" else tokens
+        gflops = gemm_rate(rows, inner, columns) / 1e9
+        parts[name] = {"mflop_per_word": flops / 1e6, "gflop_per_s": gflops, "rows": rows}
+    total = sum(flops for _, flops, *_ in products_per_word(options))
+    peak = max(part["gflop_per_s"] for part in parts.values())
+    # At each product's own rate instead: a lower, shape-bound figure.
+    seconds_per_word = sum(part["mflop_per_word"] * 1e6 / (part["gflop_per_s"] * 1e9) for part in parts.values())
+    return {"words_per_s": peak * 1e9 / total, "mflop_per_word": total / 1e6, "gflop_per_s": peak,
+            "words_per_s_at_each_shape": 1.0 / seconds_per_word, "products": parts}
+
+
+def memory_roof(options):
+    """Words/s at batch 1 if each step's weight streams ran at the bandwidth measured on the model's shapes."""
+    lstm = options["lstm"]
+    projection, cell = lstm["projection_dim"], lstm["dim"]
+    weights = []
+    for _ in range(2 * lstm["n_layers"]):
+        weights += [torch.randn(projection, 4 * cell) * 0.02, torch.randn(cell, projection) * 0.02]
+    vectors = [torch.randn(1, weight.shape[0]) for weight in weights]
+    streamed = float(sum(weight.numel() * weight.element_size() for weight in weights))  # bytes per word
+
+    def one_step():
+        for vector, weight in zip(vectors, weights):
+            torch.mm(vector, weight)
+
+    bandwidth = rate(one_step, streamed)
+    return {"words_per_s": bandwidth / streamed, "mb_per_word": streamed / 1e6, "gb_per_s": bandwidth / 1e9}
+
+
+def measure(options, threads=2, batch_rows=32, tokens=832):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        return {"threads": threads, "compute": compute_roof(options, batch_rows, tokens), "memory": memory_roof(options)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("options", type=pathlib.Path, help="the model's options.json (bilm-tf's layout)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-rows", type=int, default=32)
+    parser.add_argument("--tokens", type=int, default=832)
+    parser.add_argument("--json", type=pathlib.Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    roofs = measure(json.loads(args.options.read_text()), args.threads, args.batch_rows, args.tokens)
+    compute, memory = roofs["compute"], roofs["memory"]
+    for name, part in compute["products"].items():
+        print(f"  {name:20s} {part['mflop_per_word']:8.2f} MFLOP/word at {part['gflop_per_s']:6.1f} GFLOP/s "
+              f"({part['rows']} rows)")
+    print(f"compute roof: {compute['words_per_s']:.0f} words/s ({compute['mflop_per_word']:.1f} MFLOP/word at "
+          f"{compute['gflop_per_s']:.0f} GFLOP/s; {compute['words_per_s_at_each_shape']:.0f} words/s with every "
+          "product at its own shape's rate)")
+    print(f"memory roof at batch 1: {memory['words_per_s']:.0f} words/s ({memory['mb_per_word']:.1f} MB/word at "
+          f"{memory['gb_per_s']:.1f} GB/s)")
+    if args.json:
+        args.json.write_text(json.dumps(roofs, indent=1))
+    return roofs
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)
