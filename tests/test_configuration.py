@@ -3,6 +3,7 @@ import json
 import pytest
 
 from elmo_hf import ElmoConfig
+from elmo_hf.original_tf import config_from_options, options_from_config
 
 
 def test_defaults_are_the_published_original_model():
@@ -14,42 +15,42 @@ def test_defaults_are_the_published_original_model():
     assert config.hidden_size == 1024
 
 
-def test_from_options_json_reads_every_field(fixtures_dir):
-    config = ElmoConfig.from_options_json(fixtures_dir / "allennlp_elmo" / "options.json")
+def test_config_from_options_reads_every_field(fixtures_dir):
+    config = config_from_options(fixtures_dir / "allennlp_elmo" / "options.json")
     assert config.filters == [[1, 4], [2, 8], [3, 16], [4, 32], [5, 64]]
     assert (config.char_embedding_dim, config.num_highway_layers, config.activation) == (4, 2, "relu")
     assert (config.lstm_dim, config.projection_dim, config.num_lstm_layers) == (64, 16, 2)
     assert config.use_skip_connections is True
-    no_skip = ElmoConfig.from_options_json(fixtures_dir / "bilm_tf_model" / "options.json")
+    no_skip = config_from_options(fixtures_dir / "bilm_tf_model" / "options.json")
     assert no_skip.use_skip_connections is False
 
 
 def test_training_dropout_option_becomes_pretraining_dropout(fixtures_dir):
     options = json.loads((fixtures_dir / "tiny_char_bilm_ckpt" / "options.json").read_text())
-    assert ElmoConfig.from_options_json(options).pretraining_dropout == options.get("dropout", 0.0)
+    assert config_from_options(options).pretraining_dropout == options.get("dropout", 0.0)
     options["dropout"] = 0.25
-    assert ElmoConfig.from_options_json(options).pretraining_dropout == 0.25
+    assert config_from_options(options).pretraining_dropout == 0.25
     options["dropout"] = 1.0
     with pytest.raises(ValueError, match=r"options 'dropout': pretraining_dropout must be a number in \[0, 1\), got 1.0"):
-        ElmoConfig.from_options_json(options)
+        config_from_options(options)
 
 
 def test_training_options_with_261_characters_are_accepted(fixtures_dir):
-    config = ElmoConfig.from_options_json(fixtures_dir / "tiny_char_bilm_ckpt" / "options.json")
+    config = config_from_options(fixtures_dir / "tiny_char_bilm_ckpt" / "options.json")
     assert config.num_characters == 262 and config.lstm_dim == 32
 
 
 def test_options_round_trip():
     config = ElmoConfig(lstm_dim=64, projection_dim=16, filters=[[1, 4]], cell_clip=None, pretraining_dropout=0.1)
-    again = ElmoConfig.from_options_json(json.loads(json.dumps(config.to_options_json())))
+    again = config_from_options(json.loads(json.dumps(options_from_config(config))))
     assert again.to_dict() == config.to_dict()
 
 
 def test_missing_optional_keys_take_bilm_tf_defaults():
-    options = ElmoConfig(lstm_dim=64, projection_dim=16).to_options_json()
+    options = options_from_config(ElmoConfig(lstm_dim=64, projection_dim=16))
     for key in ("n_layers", "cell_clip", "proj_clip", "use_skip_connections"):
         del options["lstm"][key]
-    config = ElmoConfig.from_options_json(options)
+    config = config_from_options(options)
     assert config.num_lstm_layers == 1 and config.cell_clip is None and config.proj_clip is None
     assert config.use_skip_connections is False
 
@@ -66,21 +67,21 @@ def test_missing_optional_keys_take_bilm_tf_defaults():
     ],
 )
 def test_bad_option_values_name_the_key(section, key, value, message):
-    options = ElmoConfig(lstm_dim=64, projection_dim=16).to_options_json()
+    options = options_from_config(ElmoConfig(lstm_dim=64, projection_dim=16))
     options[section][key] = value
     with pytest.raises(ValueError) as error:
-        ElmoConfig.from_options_json(options)
+        config_from_options(options)
     assert message in str(error.value)
 
 
 def test_missing_required_key_is_named():
-    options = ElmoConfig().to_options_json()
+    options = options_from_config(ElmoConfig())
     del options["lstm"]["projection_dim"]
     with pytest.raises(ValueError, match=r"options is missing the key 'lstm.projection_dim'"):
-        ElmoConfig.from_options_json(options)
+        config_from_options(options)
 
 
 def test_unidirectional_options_are_rejected():
-    options = ElmoConfig().to_options_json() | {"bidirectional": False}
+    options = options_from_config(ElmoConfig()) | {"bidirectional": False}
     with pytest.raises(ValueError, match="'bidirectional' must be true"):
-        ElmoConfig.from_options_json(options)
+        config_from_options(options)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import REPO_ROOT, tiny_model
 
-from conversion.convert_elmo_original_tf_to_hf import convert_hdf5, read_hdf5_weights
+from elmo_hf.original_tf import config_from_options, convert_hdf5, read_hdf5_weights
 from elmo_hf import ElmoConfig, ElmoModel, ElmoPreTrainedModel
 from transformers import AutoModel
 
@@ -126,7 +126,7 @@ def test_bad_options_json_names_file_and_key(source, tmp_path, edit, message):
     path = tmp_path / "options.json"
     path.write_text(json.dumps(options))
     with pytest.raises(ValueError) as raised:
-        ElmoConfig.from_options_json(path)
+        config_from_options(path)
     assert str(raised.value).startswith(f"{path}: {message}")
 
 
@@ -141,7 +141,7 @@ def test_options_json_that_is_not_an_object(tmp_path, content, message):
     path = tmp_path / "options.json"
     path.write_text(content)
     with pytest.raises(ValueError) as raised:
-        ElmoConfig.from_options_json(path)
+        config_from_options(path)
     assert str(raised.value).startswith(f"{path}: {message}")
 
 
