@@ -50,4 +50,6 @@ def unloadable_model_error(model, error):
     """The `UserInputError` for a model folder or Hub name that `from_pretrained` could not load (`error`: the
     OSError it raised); keeps the first line of its explanation."""
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if not os.path.exists(model):
+        return UserInputError(f"{model}: no such folder, and no such model on the Hub ({reason})")
     return UserInputError(f"{model}: cannot load the model ({reason})")

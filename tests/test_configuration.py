@@ -3,6 +3,7 @@ import json
 import pytest
 
 from elmo_hf import ElmoConfig
+from elmo_hf.configuration_elmo import ElmoConfigFieldError
 from elmo_hf.original_tf import config_from_options, options_from_config
 
 
@@ -85,3 +86,19 @@ def test_unidirectional_options_are_rejected():
     options = options_from_config(ElmoConfig()) | {"bidirectional": False}
     with pytest.raises(ValueError, match="'bidirectional' must be true"):
         config_from_options(options)
+
+
+@pytest.mark.parametrize(
+    "fields, field, message",
+    [
+        ({"cell_clip": -1}, "cell_clip", "cell_clip must be a positive number or None, got -1"),
+        ({"filters": [[1, 4], [2]]}, "filters", "filters[1] must be a [width, count] pair of positive ints, got [2]"),
+        ({"projection_dim": 64}, "projection_dim", "projection_dim must be smaller than lstm_dim (64), got 64"),
+        ({"use_crf": 1}, "use_crf", "use_crf must be a bool, got 1"),
+    ],
+)
+def test_a_bad_value_is_a_value_error_that_names_its_field(fields, field, message):
+    with pytest.raises(ElmoConfigFieldError) as raised:
+        ElmoConfig(**{"lstm_dim": 64, "projection_dim": 16, **fields})
+    assert isinstance(raised.value, ValueError) and raised.value.field == field
+    assert str(raised.value).startswith(message)
