@@ -17,6 +17,7 @@ from . import DEFAULT_MODEL
 from .original_tf import check_repo_id, convert_hdf5, convert_tf_checkpoint, push_to_hub
 from .perplexity import PROTOCOLS, evaluate_perplexity, load_language_model, read_sentences
 from .user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 EMBED_DESCRIPTION = """\

@@ -421,7 +421,7 @@ def push_to_hub(output_dir, repo_id, private=None, revision=None):
 def check_repo_id(repo_id):
     """`repo_id` must name its namespace: the model card's usage code loads it by this exact name."""
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise UserInputError(f"--push-to-hub takes a repo id of the form namespace/name, got {repo_id!r}")
+        raise UserInputError(f"--push-to-hub: takes a repo id of the form namespace/name, got {repo_id!r}")
     return repo_id
 
 

@@ -171,10 +171,15 @@ def test_conversion_to_a_private_repo_and_a_branch(loopback_hub, tmp_path):
         hf_hub_download("elmo-org/secret", "config.json", revision="converted", token=False)
 
 
-def test_push_to_hub_needs_a_namespaced_repo_id(tmp_path):
-    with pytest.raises(ValueError, match="namespace/name, got 'elmo-tiny'"):
+def test_push_to_hub_needs_a_namespaced_repo_id(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:  # before any file is read
         converter.main(["--options", "o.json", "--weights", "w.hdf5", "--output-dir", str(tmp_path),
                         "--push-to-hub", "elmo-tiny"])
+    assert exit_info.value.code == 2
+    expected = "error: --push-to-hub: takes a repo id of the form namespace/name, got 'elmo-tiny'\n"
+    assert capsys.readouterr().err == expected
+    with pytest.raises(ValueError, match="namespace/name, got 'elmo-tiny'"):
+        original_tf.check_repo_id("elmo-tiny")
 
 
 def test_missing_repo_file_or_revision_give_huggingface_hub_errors(loopback_hub):
