@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from elmo_hf import ElmoForPreTraining, ElmoTokenizer
 from elmo_hf.perplexity import evaluate_perplexity, load_language_model, read_sentences
-from elmo_hf.user_errors import UserInputError, add_debug_argument, reported_as_one_line
+from elmo_hf.user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error
 
 STORAGE_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 WRITTEN_FILES = ("config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt")
@@ -31,8 +31,11 @@ def package(checkpoint, output_dir, storage_dtype="float16"):
         raise UserInputError(
             f"--storage-dtype: storage_dtype must be one of {sorted(STORAGE_DTYPES)}, got {storage_dtype!r}"
         )
-    model = ElmoForPreTraining.from_pretrained(checkpoint, dtype=torch.float32)
-    tokenizer = ElmoTokenizer.from_pretrained(checkpoint)
+    try:
+        model = ElmoForPreTraining.from_pretrained(checkpoint, dtype=torch.float32)
+        tokenizer = ElmoTokenizer.from_pretrained(checkpoint)
+    except (OSError, ValueError) as error:  # no such folder, unreadable or contradictory files
+        raise unloadable_model_error(checkpoint, error) from None
     if tokenizer.word_vocab is None:
         raise UserInputError(
             f"{checkpoint}: the tokenizer has no word vocabulary (vocab.txt), needed for perplexity"

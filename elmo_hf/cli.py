@@ -223,7 +223,7 @@ def embed(args):
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         embedder = ElmoEmbedder.from_pretrained(args.model, device=device, dtype=DTYPES[args.dtype])
-    except OSError as error:  # no such folder or Hub model, or unreadable files in it
+    except (OSError, ValueError) as error:  # no such model, unreadable or contradictory files
         raise unloadable_model_error(args.model, error) from None
     if args.token_cache:
         with open(args.token_cache, encoding="utf-8") as vocabulary:

@@ -196,14 +196,15 @@ def load_language_model(model_dir):
     """(ElmoForPreTraining, its tokenizer with the word vocabulary) from a checkpoint folder or Hub name."""
     try:
         config = ElmoConfig.from_pretrained(model_dir)
-    except OSError as error:  # no such folder or Hub model, or unreadable files in it
+        tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+        model = ElmoForPreTraining.from_pretrained(model_dir) if config.vocab_size else None
+    except (OSError, ValueError) as error:  # no such model, unreadable or contradictory files
         raise unloadable_model_error(model_dir, error) from None
-    if not config.vocab_size:
+    if model is None:
         raise UserInputError(
             f"{model_dir}: has no softmax (vocab_size 0); perplexity needs a language model, e.g. one converted "
             "with --tf-checkpoint from a bilm-tf training checkpoint"
         )
-    tokenizer = ElmoTokenizer.from_pretrained(model_dir)
     if tokenizer.word_vocab is None:
         raise UserInputError(f"{model_dir}: has no vocab.txt; the targets need the word vocabulary")
-    return ElmoForPreTraining.from_pretrained(model_dir), tokenizer
+    return model, tokenizer

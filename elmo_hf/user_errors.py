@@ -47,9 +47,13 @@ def unreadable_file_error(path, error, expected):
 
 
 def unloadable_model_error(model, error):
-    """The `UserInputError` for a model folder or Hub name that `from_pretrained` could not load (`error`: the
-    OSError it raised); keeps the first line of its explanation."""
-    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    """The `UserInputError` for a model folder or Hub name that `from_pretrained` could not load. `error` is what it
+    raised: an OSError (no such folder or model, unreadable files; the first line of its explanation is kept) or a
+    ValueError (files that contradict each other or hold bad values; its message names the file or field)."""
+    message = str(error).strip()
+    if isinstance(error, ValueError):
+        return UserInputError(message if message.startswith(str(model)) else f"{model}: {message}")
+    reason = message.splitlines()[0] if message else type(error).__name__
     if not os.path.exists(model):
         return UserInputError(f"{model}: no such folder, and no such model on the Hub ({reason})")
     return UserInputError(f"{model}: cannot load the model ({reason})")

@@ -119,8 +119,6 @@ class ElmoLineDataset(torch.utils.data.Dataset):
     def __init__(self, path):
         self.path = path
         offsets, position = [], 0
-        if not os.path.isfile(path):
-            raise UserInputError(f"{path}: no such file; expected a text file, one sentence per line")
         with open(path, "rb") as text:
             for line in text:
                 if line.strip():
@@ -309,6 +307,9 @@ def data_files(data_args, training_args):
         return paths["train"], paths["valid"]
     if data_args.train_file is None:
         raise UserInputError("--train_file: give --train_file (one sentence per line) or --corpus")
+    for path in (data_args.train_file, data_args.validation_file):
+        if path is not None and not os.path.isfile(path):
+            raise UserInputError(f"{path}: no such file; expected a text file, one sentence per line")
     return data_args.train_file, data_args.validation_file
 
 

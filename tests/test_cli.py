@@ -1,6 +1,7 @@
 """The `elmo-hf` command line: embed, convert and perplexity."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -96,3 +97,17 @@ def test_perplexity_prints_what_the_python_api_computes(tmp_path, capsys):
     model, tokenizer = perplexity.load_language_model(DEFAULT_MODEL)
     sentences = perplexity.read_sentences(tmp_path / "text.txt")
     assert printed == pytest.approx(perplexity.evaluate_perplexity(model, tokenizer, sentences, "stateless"))
+
+
+def test_a_model_folder_whose_config_contradicts_its_weights_is_one_line(model_dir, tmp_path, capsys):
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(model_dir, checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps(config | {"lstm_dim": "16"}))
+    write_lines(tmp_path / "input.txt", SENTENCES)
+    for command in (["embed", str(tmp_path / "input.txt"), str(tmp_path / "out.npz")], ["perplexity", "--text",
+                                                                                       str(tmp_path / "input.txt")]):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main([*command, "--model", str(checkpoint)])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err == f"error: {checkpoint}: lstm_dim must be a positive int, got '16'\n"
