@@ -57,6 +57,9 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="elmo-hf",
         description="ELMo (Peters et al., 2018) on Hugging Face: contextual word vectors from the command line.",
+        epilog="A mistake in the input (a missing or corrupt file, contradictory options) prints one line, "
+        "error: <file>: <what is wrong, what was expected>, and exits with status 2; every command takes --debug "
+        "to show its traceback.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
