@@ -8,7 +8,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=find_packages(include=["elmo_hf", "elmo_hf.*", "conversion"]),
+    packages=find_packages(include=["elmo_hf", "elmo_hf.*"]),
     include_package_data=True,
     # The model card template, the offline `evaluate` metric modules (loaded by path, not imported), and the
     # shipped default model (elmo_hf.DEFAULT_MODEL).

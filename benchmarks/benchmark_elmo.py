@@ -185,7 +185,7 @@ def max_difference(ours_path, peer_path):
 def prepare(args, size):
     """Random weights in the published layout, converted with our converter; returns (hdf5 dir, hf dir)."""
     sys.path.insert(0, str(REPO_ROOT))
-    from conversion.convert_elmo_original_tf_to_hf import convert_hdf5
+    from elmo_hf.original_tf import convert_hdf5
 
     source = args.work_dir / size
     if not (source / "weights.hdf5").is_file():

@@ -19,7 +19,7 @@ import torch
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from conversion.convert_elmo_original_tf_to_hf import convert_hdf5  # noqa: E402
+from elmo_hf.original_tf import convert_hdf5  # noqa: E402
 
 
 def variant(model, name):

@@ -5,7 +5,7 @@ publish them to the Hub under consistent names.
         [--push-to-hub-namespace ORG [--private] [--revision BRANCH]] [--models small original]
 
 The input folder holds the files under their published names, `<stem>_options.json` and `<stem>_weights.hdf5`
-(stems below). Each model is converted and verified by `convert_elmo_original_tf_to_hf.py` into
+(stems below). Each model is converted and verified by `elmo_hf.original_tf.convert_hdf5` into
 `<output-dir>/<repo name>`, with its model card, and pushed to `<ORG>/<repo name>` when a namespace is given.
 Missing files are reported before anything is converted.
 """
@@ -15,7 +15,9 @@ import os
 import sys
 from dataclasses import dataclass
 
-from conversion.convert_elmo_original_tf_to_hf import add_hub_arguments, check_repo_id, convert_hdf5, push_to_hub
+from elmo_hf.cli import add_hub_arguments
+from elmo_hf.original_tf import check_repo_id, convert_hdf5, push_to_hub
+from elmo_hf.user_errors import UserInputError, add_debug_argument, reported_as_one_line
 
 ONE_BILLION_WORDS = (
     "The 1 Billion Word Language Model Benchmark (Chelba et al., 2013), about 800 million tokens of news text."
@@ -53,10 +55,11 @@ def convert_all(input_dir, output_dir, namespace=None, private=None, revision=No
     selected = [model for model in PUBLISHED_MODELS if names is None or model.name in names]
     unknown = sorted(set(names or ()) - {model.name for model in PUBLISHED_MODELS})
     if unknown:
-        raise ValueError(f"unknown model names {unknown}; known: {[model.name for model in PUBLISHED_MODELS]}")
+        known = [model.name for model in PUBLISHED_MODELS]
+        raise UserInputError(f"--models: unknown model names {unknown}; known: {known}")
     missing = [path for model in selected for path in model.files(input_dir) if not os.path.isfile(path)]
     if missing:
-        raise ValueError(f"{input_dir}: missing published files {[os.path.basename(path) for path in missing]}")
+        raise UserInputError(f"{input_dir}: missing published files {[os.path.basename(path) for path in missing]}")
     results = {}
     for model in selected:
         folder = os.path.join(output_dir, model.repo_name)
@@ -84,9 +87,11 @@ def main(argv=None):
     parser.add_argument("--models", nargs="+", choices=[model.name for model in PUBLISHED_MODELS],
                         help="convert only these sizes (default: all four)")
     add_hub_arguments(parser)
+    add_debug_argument(parser)
     args = parser.parse_args(argv)
-    convert_all(args.input_dir, args.output_dir, args.push_to_hub_namespace, private=args.private or None,
-                revision=args.revision, names=args.models)
+    with reported_as_one_line(args.debug):
+        convert_all(args.input_dir, args.output_dir, args.push_to_hub_namespace, private=args.private or None,
+                    revision=args.revision, names=args.models)
 
 
 if __name__ == "__main__":

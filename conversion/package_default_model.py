@@ -7,33 +7,39 @@ tokenizer_config.json and vocab.txt. The config says float32, so `from_pretraine
 rounded weights. No code files and no `auto_map`: the package registers its classes itself. The model card
 (README.md) of the output directory is kept. With `--evaluate NAME=TEXT ...` it also writes eval_results.json:
 the stateless perplexities of the packaged model and of the float32 checkpoint on each text
-(examples/evaluate_perplexity.py), i.e. what the rounding costs.
+(elmo_hf.perplexity), i.e. what the rounding costs.
 """
 
 import argparse
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
 from elmo_hf import ElmoForPreTraining, ElmoTokenizer
+from elmo_hf.perplexity import evaluate_perplexity, load_language_model, read_sentences
+from elmo_hf.user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error
 
 STORAGE_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 WRITTEN_FILES = ("config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt")
-PERPLEXITY_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "evaluate_perplexity.py"
 
 
 def package(checkpoint, output_dir, storage_dtype="float16"):
     """Writes the packaged model to `output_dir`; returns the number of parameters."""
     if storage_dtype not in STORAGE_DTYPES:
-        raise ValueError(f"storage_dtype must be one of {sorted(STORAGE_DTYPES)}, got {storage_dtype!r}")
-    model = ElmoForPreTraining.from_pretrained(checkpoint, dtype=torch.float32)
-    tokenizer = ElmoTokenizer.from_pretrained(checkpoint)
+        raise UserInputError(
+            f"--storage-dtype: storage_dtype must be one of {sorted(STORAGE_DTYPES)}, got {storage_dtype!r}"
+        )
+    try:
+        model = ElmoForPreTraining.from_pretrained(checkpoint, dtype=torch.float32)
+        tokenizer = ElmoTokenizer.from_pretrained(checkpoint)
+    except (OSError, ValueError) as error:  # no such folder, unreadable or contradictory files
+        raise unloadable_model_error(checkpoint, error) from None
     if tokenizer.word_vocab is None:
-        raise ValueError(f"{checkpoint}: the tokenizer has no word vocabulary (vocab.txt), needed for perplexity")
+        raise UserInputError(
+            f"{checkpoint}: the tokenizer has no word vocabulary (vocab.txt), needed for perplexity"
+        )
     os.makedirs(output_dir, exist_ok=True)
     weights = {
         name: tensor.detach().to(STORAGE_DTYPES[storage_dtype]).contiguous()
@@ -67,15 +73,12 @@ def package(checkpoint, output_dir, storage_dtype="float16"):
 def stateless_perplexities(model_dir, texts, test_subset=None, batch_size=64):
     """{name: evaluate_perplexity's result} for each `name: path` of `texts`, stateless protocol; with
     `test_subset`, also "test_subset": the first `test_subset` sentences of texts["test"] (what CI re-checks)."""
-    spec = importlib.util.spec_from_file_location("evaluate_perplexity", PERPLEXITY_SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    model, tokenizer = script.load(model_dir)
-    sentences = {name: script.read_sentences(path) for name, path in texts.items()}
+    model, tokenizer = load_language_model(model_dir)
+    sentences = {name: read_sentences(path) for name, path in texts.items()}
     if test_subset:
         sentences["test_subset"] = sentences["test"][:test_subset]
     return {
-        name: script.evaluate_perplexity(model, tokenizer, text, "stateless", batch_size, show_progress=True)
+        name: evaluate_perplexity(model, tokenizer, text, "stateless", batch_size, show_progress=True)
         for name, text in sentences.items()
     }
 
@@ -93,31 +96,33 @@ def main(argv=None):
         help="e.g. valid=outputs/ptb/corpus/valid.txt test=outputs/ptb/corpus/test.txt",
     )
     parser.add_argument("--test-subset", type=int, help="also evaluate the first N sentences of the test text")
+    add_debug_argument(parser)
     args = parser.parse_args(argv)
     texts = dict(item.split("=", 1) for item in args.evaluate)
     if args.test_subset and "test" not in texts:
         parser.error("--test-subset needs a text named test in --evaluate")
-    parameters = package(args.checkpoint, args.output_dir, args.storage_dtype)
-    size = os.path.getsize(os.path.join(args.output_dir, "model.safetensors"))
-    print(f"{args.output_dir}: {parameters:,} parameters, model.safetensors {size / 2**20:.1f} MiB")
-    if texts:
-        results = {
-            "protocol": "stateless",
-            "parameters": parameters,
-            "storage_dtype": args.storage_dtype,
-            "subset_sentences": args.test_subset,
-            "packaged": stateless_perplexities(args.output_dir, texts, args.test_subset),
-            "float32_checkpoint": stateless_perplexities(args.checkpoint, texts, args.test_subset),
-        }
-        with open(os.path.join(args.output_dir, "eval_results.json"), "w", encoding="utf-8") as out:
-            out.write(json.dumps(results, indent=2) + "\n")
-        for name in results["packaged"]:
-            packaged, original = results["packaged"][name], results["float32_checkpoint"][name]
-            print(
-                f"{name}: forward / backward / combined perplexity {packaged['forward_perplexity']:.2f} / "
-                f"{packaged['backward_perplexity']:.2f} / {packaged['perplexity']:.2f} "
-                f"(float32 checkpoint: {original['perplexity']:.4f}, packaged: {packaged['perplexity']:.4f})"
-            )
+    with reported_as_one_line(args.debug):
+        parameters = package(args.checkpoint, args.output_dir, args.storage_dtype)
+        size = os.path.getsize(os.path.join(args.output_dir, "model.safetensors"))
+        print(f"{args.output_dir}: {parameters:,} parameters, model.safetensors {size / 2**20:.1f} MiB")
+        if texts:
+            results = {
+                "protocol": "stateless",
+                "parameters": parameters,
+                "storage_dtype": args.storage_dtype,
+                "subset_sentences": args.test_subset,
+                "packaged": stateless_perplexities(args.output_dir, texts, args.test_subset),
+                "float32_checkpoint": stateless_perplexities(args.checkpoint, texts, args.test_subset),
+            }
+            with open(os.path.join(args.output_dir, "eval_results.json"), "w", encoding="utf-8") as out:
+                out.write(json.dumps(results, indent=2) + "\n")
+            for name in results["packaged"]:
+                packaged, original = results["packaged"][name], results["float32_checkpoint"][name]
+                print(
+                    f"{name}: forward / backward / combined perplexity {packaged['forward_perplexity']:.2f} / "
+                    f"{packaged['backward_perplexity']:.2f} / {packaged['perplexity']:.2f} "
+                    f"(float32 checkpoint: {original['perplexity']:.4f}, packaged: {packaged['perplexity']:.4f})"
+                )
 
 
 if __name__ == "__main__":

@@ -1,19 +1,25 @@
-"""The `elmo-hf` command line: embed text files, convert original checkpoints, measure perplexity."""
+"""The `elmo-hf` command line: embed text files, convert original checkpoints, measure perplexity.
+
+A mistake in the input (a missing or corrupt file, contradictory options) is one line on stderr,
+`error: <file or argument>: <what is wrong, what was expected>`, and exit status 2; `--debug` shows its traceback.
+Any other exception is a bug and keeps its traceback.
+"""
 
 import argparse
 import contextlib
+import json
 import os
-import runpy
 import sys
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import transformers
 
 from . import DEFAULT_MODEL
+from .original_tf import check_repo_id, convert_hdf5, convert_tf_checkpoint, push_to_hub
+from .perplexity import PROTOCOLS, evaluate_perplexity, load_language_model, read_sentences
+from .user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error
 
-PERPLEXITY_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "evaluate_perplexity.py"
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 EMBED_DESCRIPTION = """\
@@ -43,11 +49,24 @@ reading the output in Python:
   first = numpy.load("vectors.npz")["0"]
 """
 
+CONVERT_DESCRIPTION = """\
+Convert the original ELMo (bilm-tf) to a checkpoint folder: options.json with the published weights .hdf5,
+or with a training checkpoint (--tf-checkpoint, softmax included, plus --vocab). No TensorFlow is needed; the
+converted model is compared with bilm-tf's arithmetic before anything is written.
+"""
+PERPLEXITY_DESCRIPTION = """\
+The perplexity of an ELMo language model (ElmoForPreTraining) on a text, one sentence per line: bilm-tf's
+stateful protocol (the text as one stream; results depend on --batch-size) or stateless (every sentence alone).
+"""
+
 
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="elmo-hf",
         description="ELMo (Peters et al., 2018) on Hugging Face: contextual word vectors from the command line.",
+        epilog="A mistake in the input (a missing or corrupt file, contradictory options) prints one line, "
+        "error: <file>: <what is wrong, what was expected>, and exits with status 2; every command takes --debug "
+        "to show its traceback.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -121,47 +140,89 @@ def build_parser():
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
 
-    commands.add_parser(
+    convert = commands.add_parser(
         "convert",
-        help="convert the original bilm-tf weights (options.json + .hdf5) to a checkpoint folder; "
-        "`elmo-hf convert --help` for its options",
-        add_help=False,
+        help="convert the original bilm-tf weights (options.json + .hdf5, or a training checkpoint) to a "
+        "checkpoint folder",
+        description=CONVERT_DESCRIPTION,
     )
-    commands.add_parser(
-        "perplexity",
-        help="the biLM's perplexity on a text file (examples/evaluate_perplexity.py); "
-        "`elmo-hf perplexity --help` for its options",
-        add_help=False,
+    add_convert_arguments(convert)
+    perplexity = commands.add_parser(
+        "perplexity", help="the biLM's perplexity on a text file", description=PERPLEXITY_DESCRIPTION
     )
+    add_perplexity_arguments(perplexity)
+    for command in (embed, convert, perplexity):
+        add_debug_argument(command)
     return parser
 
 
-@contextlib.contextmanager
-def _arguments(program, argv):
-    """Run a delegated command with sys.argv set to `[program, *argv]`."""
-    saved = sys.argv
-    sys.argv = [program, *argv]
-    try:
-        yield
-    finally:
-        sys.argv = saved
+def add_convert_arguments(parser):
+    parser.add_argument("--options", required=True, help="bilm-tf options.json")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", help="bilm-tf weights .hdf5 (the published format)")
+    source.add_argument("--tf-checkpoint", help="bilm-tf training checkpoint prefix (e.g. model.ckpt-60)")
+    parser.add_argument("--vocab", help="bilm-tf vocab.txt (with --tf-checkpoint, for the softmax)")
+    parser.add_argument("--output-dir", required=True, help="where to write the Hugging Face checkpoint")
+    parser.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload the checkpoint to this Hub repo")
+    add_hub_arguments(parser)
 
 
-def convert(argv):
-    from conversion.convert_elmo_original_tf_to_hf import main as convert_main
-
-    with _arguments("elmo-hf convert", argv):  # its usage lines then say `elmo-hf convert`
-        convert_main(argv)
+def add_hub_arguments(parser):
+    parser.add_argument("--private", action="store_true", help="create the Hub repo private (when it is new)")
+    parser.add_argument("--revision", help="Hub branch to push to (created when missing); default: main")
 
 
-def perplexity(argv):
-    if not PERPLEXITY_SCRIPT.is_file():
-        raise SystemExit(
-            f"elmo-hf perplexity runs {PERPLEXITY_SCRIPT}, which does not exist: the script ships with a source "
-            "checkout of elmo-hf (git clone), not with the installed package"
+def add_perplexity_arguments(parser):
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, help="an ElmoForPreTraining checkpoint (default: elmo_hf.DEFAULT_MODEL)"
+    )
+    parser.add_argument("--text", required=True, help="one sentence per line, whitespace-tokenized")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="bilm-tf")
+    parser.add_argument("--batch-size", type=int, default=1, help="rows (bilm-tf) or sentences per batch")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def convert(args):
+    if args.push_to_hub and args.tf_checkpoint is not None:
+        raise UserInputError(
+            "--push-to-hub: supported for --weights conversions only (the model card describes hdf5 sources)"
         )
-    with _arguments(str(PERPLEXITY_SCRIPT), argv):  # as if the script were run directly
-        runpy.run_path(str(PERPLEXITY_SCRIPT), run_name="__main__")
+    if args.vocab is not None and args.tf_checkpoint is None:
+        raise UserInputError("--vocab: only applies to --tf-checkpoint (hdf5 files have no softmax)")
+    repo_id = check_repo_id(args.push_to_hub) if args.push_to_hub else None
+    if args.tf_checkpoint is not None:
+        _, _, report = convert_tf_checkpoint(args.tf_checkpoint, args.options, args.vocab, args.output_dir)
+        print(
+            f"converted {report['variables_converted']} variables to {report['model_class']} "
+            f"({report['variables_skipped']} optimizer/bookkeeping variables skipped); outputs match bilm-tf's "
+            f"arithmetic to {report['verification_max_abs_difference']:.2e}; saved to {args.output_dir}",
+            file=sys.stderr,
+        )
+        return
+    card_options = {"repo_id": repo_id or args.output_dir, "revision": args.revision if repo_id else None}
+    _, _, report = convert_hdf5(args.options, args.weights, args.output_dir, card_options)
+    print(
+        f"converted {report['datasets_converted']} datasets; outputs match bilm-tf's arithmetic to "
+        f"{report['verification_max_abs_difference']:.2e}; saved to {args.output_dir}",
+        file=sys.stderr,
+    )
+    if repo_id is not None:
+        commit = push_to_hub(args.output_dir, repo_id, private=args.private or None, revision=args.revision)
+        print(f"pushed to {repo_id}: {commit.commit_url}", file=sys.stderr)
+
+
+def perplexity(args):
+    sentences = read_sentences(args.text)
+    model, tokenizer = load_language_model(args.model)
+    result = evaluate_perplexity(model, tokenizer, sentences, args.protocol, args.batch_size, show_progress=True)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"protocol: {result['protocol']} (batch size {args.batch_size})")
+        print(f"targets per direction: {result['targets_per_direction']}")
+        print(f"forward perplexity:  {result['forward_perplexity']:.4f}")
+        print(f"backward perplexity: {result['backward_perplexity']:.4f}")
+        print(f"perplexity:          {result['perplexity']:.4f}")
 
 
 @contextlib.contextmanager
@@ -180,6 +241,9 @@ def _process_group(device):
 
 
 def embed(args):
+    for path, expected in ((args.input, "UTF-8 text, one sentence per line"), (args.token_cache, "one word per line")):
+        if path is not None and not os.path.isfile(path):
+            raise UserInputError(f"{path}: no such file; expected {expected}")
     if args.quiet:
         transformers.utils.logging.disable_progress_bar()  # the "Loading weights" bar
     device = args.device
@@ -193,23 +257,31 @@ def embed(args):
 def _embed(args, device):
     from .embedder import ElmoEmbedder
 
-    embedder = ElmoEmbedder.from_pretrained(args.model, device=device, dtype=DTYPES[args.dtype])
+    try:
+        embedder = ElmoEmbedder.from_pretrained(args.model, device=device, dtype=DTYPES[args.dtype])
+    except (OSError, ValueError) as error:  # no such model, unreadable or contradictory files
+        raise unloadable_model_error(args.model, error) from None
     if args.token_cache:
         with open(args.token_cache, encoding="utf-8") as vocabulary:
             embedder.set_token_cache(word for word in (line.strip() for line in vocabulary) if word)
-    summary = embedder.embed_file(
-        args.input,
-        args.output,
-        tokenize=args.tokenize,
-        layers=args.layers,
-        mix_weights=args.mix_weights,
-        sentence_vectors=args.sentence_vectors,
-        batch_size=args.batch_size,
-        max_tokens_per_batch=args.max_tokens_per_batch,
-        chunk_size=args.chunk_size,
-        resume=args.resume,
-        progress=not args.quiet,
-    )
+    try:
+        summary = embedder.embed_file(
+            args.input,
+            args.output,
+            tokenize=args.tokenize,
+            layers=args.layers,
+            mix_weights=args.mix_weights,
+            sentence_vectors=args.sentence_vectors,
+            batch_size=args.batch_size,
+            max_tokens_per_batch=args.max_tokens_per_batch,
+            chunk_size=args.chunk_size,
+            resume=args.resume,
+            progress=not args.quiet,
+        )
+    except (ValueError, FileExistsError) as error:  # the embedder's checks of its settings and of OUTPUT
+        if isinstance(error, UserInputError) or args.debug:
+            raise
+        raise UserInputError(str(error)) from None
     if not args.quiet and (not dist.is_initialized() or dist.get_rank() == 0):
         print(
             f"embedded {summary['sentences']:,} sentences ({summary['tokens']:,} tokens) in {summary['seconds']:.1f} s; "
@@ -218,18 +290,25 @@ def _embed(args, device):
         )
 
 
+COMMANDS = {"embed": embed, "convert": convert, "perplexity": perplexity}
+
+
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    # convert and perplexity parse their own options.
-    delegated = {"convert": convert, "perplexity": perplexity}
-    if argv and argv[0] in delegated:
-        return delegated[argv[0]](argv[1:])
-    parser = build_parser()
+    """`elmo-hf COMMAND ...`: user errors end as one line on stderr and exit status 2 (see user_errors.py)."""
+    args = build_parser().parse_args(argv)
+    with reported_as_one_line(args.debug):
+        return COMMANDS[args.command](args)
+
+
+def script_main(command, description, argv=None):
+    """Run one command as a stand-alone script (conversion/*.py, examples/evaluate_perplexity.py) with the
+    same arguments and error reporting as `elmo-hf COMMAND`."""
+    parser = argparse.ArgumentParser(description=description)
+    {"convert": add_convert_arguments, "perplexity": add_perplexity_arguments}[command](parser)
+    add_debug_argument(parser)
     args = parser.parse_args(argv)
-    try:
-        return embed(args)
-    except (ValueError, FileExistsError) as error:  # bad input or settings: a message, not a traceback
-        parser.exit(2, f"elmo-hf embed: error: {error}\n")
+    with reported_as_one_line(args.debug):
+        return COMMANDS[command](args)
 
 
 if __name__ == "__main__":

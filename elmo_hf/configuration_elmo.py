@@ -1,8 +1,5 @@
 """ELMo model configuration."""
 
-import json
-import os
-
 from transformers import PreTrainedConfig
 
 # The character-id scheme (see tokenization_elmo.py) uses ids 0..261: 0 is padding, 1..256 are
@@ -98,196 +95,118 @@ class ElmoConfig(PreTrainedConfig):
         classifier_dropout=0.5,
         **kwargs,
     ):
-        self.char_embedding_dim = _positive_int("char_embedding_dim", char_embedding_dim)
-        self.filters = _filters("filters", ORIGINAL_FILTERS if filters is None else filters)
-        self.num_highway_layers = _non_negative_int("num_highway_layers", num_highway_layers)
-        if activation not in SUPPORTED_ACTIVATIONS:
-            raise ValueError(f"activation must be one of {SUPPORTED_ACTIVATIONS}, got {activation!r}")
+        self.char_embedding_dim = char_embedding_dim
+        self.filters = ORIGINAL_FILTERS if filters is None else filters
+        self.num_highway_layers = num_highway_layers
         self.activation = activation
-        if num_characters != ELMO_NUM_CHARACTERS:
-            raise ValueError(
-                f"num_characters must be {ELMO_NUM_CHARACTERS} (fixed by the character-id scheme), got {num_characters!r}"
-            )
         self.num_characters = num_characters
-        self.max_characters_per_token = _positive_int("max_characters_per_token", max_characters_per_token)
-        widest_filter = max(width for width, _ in self.filters)
-        if self.max_characters_per_token < max(widest_filter, 3):
-            raise ValueError(
-                f"max_characters_per_token must be at least 3 and at least the widest filter ({widest_filter}), "
-                f"got {max_characters_per_token!r}"
-            )
-        self.lstm_dim = _positive_int("lstm_dim", lstm_dim)
-        self.projection_dim = _positive_int("projection_dim", projection_dim)
-        if self.projection_dim >= self.lstm_dim:
-            raise ValueError(
-                f"projection_dim must be smaller than lstm_dim ({lstm_dim!r}), got {projection_dim!r}: "
-                "ELMo LSTMs without a projection are not supported"
-            )
-        self.num_lstm_layers = _positive_int("num_lstm_layers", num_lstm_layers)
-        self.cell_clip = _optional_positive_float("cell_clip", cell_clip)
-        self.proj_clip = _optional_positive_float("proj_clip", proj_clip)
-        if not isinstance(use_skip_connections, bool):
-            raise ValueError(f"use_skip_connections must be a bool, got {use_skip_connections!r}")
+        self.max_characters_per_token = max_characters_per_token
+        self.lstm_dim = lstm_dim
+        self.projection_dim = projection_dim
+        self.num_lstm_layers = num_lstm_layers
+        self.cell_clip = cell_clip
+        self.proj_clip = proj_clip
         self.use_skip_connections = use_skip_connections
         self.initializer_range = initializer_range
-        self.vocab_size = _non_negative_int("vocab_size", 0 if vocab_size is None else vocab_size)
-        self.num_sampled_negatives = _non_negative_int("num_sampled_negatives", num_sampled_negatives)
-        self.pretraining_dropout = _probability("pretraining_dropout", pretraining_dropout)
-        if self.vocab_size and self.num_sampled_negatives > self.vocab_size:
-            raise ValueError(
-                f"num_sampled_negatives must be at most vocab_size ({self.vocab_size}) (0 trains with the full "
-                f"softmax), got {num_sampled_negatives!r}"
-            )
-        # Derived: every layer's output is [forward; backward].
-        self.hidden_size = 2 * self.projection_dim
-        self.num_filters = sum(count for _, count in self.filters)
-        # Task-head fields.
-        if scalar_mix_initial_weights is not None:
-            scalar_mix_initial_weights = _float_list("scalar_mix_initial_weights", scalar_mix_initial_weights)
-            if len(scalar_mix_initial_weights) != self.num_lstm_layers + 1:
-                raise ValueError(
-                    f"scalar_mix_initial_weights must have num_lstm_layers + 1 = {self.num_lstm_layers + 1} values, "
-                    f"got {len(scalar_mix_initial_weights)}"
-                )
+        self.vocab_size = 0 if vocab_size is None else vocab_size
+        self.num_sampled_negatives = num_sampled_negatives
+        self.pretraining_dropout = pretraining_dropout
         self.scalar_mix_initial_weights = scalar_mix_initial_weights
-        for name, value in (
-            ("scalar_mix_trainable", scalar_mix_trainable),
-            ("scalar_mix_do_layer_norm", scalar_mix_do_layer_norm),
-            ("use_output_elmo", use_output_elmo),
-            ("freeze_bilm", freeze_bilm),
-            ("use_crf", use_crf),
-        ):
-            if not isinstance(value, bool):
-                raise ValueError(f"{name} must be a bool, got {value!r}")
         self.scalar_mix_trainable = scalar_mix_trainable
         self.scalar_mix_do_layer_norm = scalar_mix_do_layer_norm
-        self.scalar_mix_dropout = _probability("scalar_mix_dropout", scalar_mix_dropout)
-        self.scalar_mix_l2_coef = _non_negative_float("scalar_mix_l2_coef", scalar_mix_l2_coef)
-        self.task_encoder_hidden_size = _positive_int("task_encoder_hidden_size", task_encoder_hidden_size)
-        self.task_encoder_layers = _non_negative_int("task_encoder_layers", task_encoder_layers)
+        self.scalar_mix_dropout = scalar_mix_dropout
+        self.scalar_mix_l2_coef = scalar_mix_l2_coef
+        self.task_encoder_hidden_size = task_encoder_hidden_size
+        self.task_encoder_layers = task_encoder_layers
         self.use_output_elmo = use_output_elmo
         self.freeze_bilm = freeze_bilm
         self.use_crf = use_crf
-        self.classifier_dropout = _probability("classifier_dropout", classifier_dropout)
+        self.classifier_dropout = classifier_dropout
+        self._check_fields()
+        # Derived: every layer's output is [forward; backward].
+        self.hidden_size = 2 * self.projection_dim
+        self.num_filters = sum(count for _, count in self.filters)
         super().__init__(**kwargs)
 
-    @classmethod
-    def from_options_json(cls, options, **kwargs):
-        """Build a config from bilm-tf's `options.json` (a path, or the already parsed dict).
-
-        `dropout` becomes `pretraining_dropout`; other keys that only steer bilm-tf's training (batch_size,
-        n_epochs, ...) are ignored; a missing
-        optional key takes bilm-tf's default (1 LSTM layer, no clipping, no skip connections). Extra keyword
-        arguments override config fields.
-        """
-        if isinstance(options, (str, os.PathLike)):
-            # Errors in a file name the file: "path/options.json: options is missing the key 'lstm.dim'".
-            with open(options, encoding="utf-8") as options_file:
-                try:
-                    parsed = json.load(options_file)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{options}: not valid JSON ({error})") from None
-            try:
-                return cls.from_options_json(parsed, **kwargs)
-            except ValueError as error:
-                raise ValueError(f"{options}: {error}") from None
-        if not isinstance(options, dict):
-            raise ValueError(f"options must be a JSON object, got {type(options).__name__}")
-        if options.get("bidirectional", True) is not True:
-            raise ValueError(f"options 'bidirectional' must be true, got {options['bidirectional']!r}")
-        char_cnn = _section(options, "char_cnn")
-        lstm = _section(options, "lstm")
-        n_characters = _required(char_cnn, "char_cnn", "n_characters")
-        # bilm-tf's training options count 261 characters (no padding row); inference counts 262.
-        if n_characters == ELMO_NUM_CHARACTERS - 1:
-            n_characters = ELMO_NUM_CHARACTERS
-        elif n_characters != ELMO_NUM_CHARACTERS:
-            raise ValueError(f"options 'char_cnn.n_characters' must be 261 or 262, got {n_characters!r}")
-        fields = dict(
-            char_embedding_dim=_required(_section(char_cnn, "embedding", "char_cnn."), "char_cnn.embedding", "dim"),
-            filters=_required(char_cnn, "char_cnn", "filters"),
-            num_highway_layers=char_cnn.get("n_highway") or 0,
-            activation=_required(char_cnn, "char_cnn", "activation"),
-            num_characters=n_characters,
-            max_characters_per_token=_required(char_cnn, "char_cnn", "max_characters_per_token"),
-            lstm_dim=_required(lstm, "lstm", "dim"),
-            projection_dim=_required(lstm, "lstm", "projection_dim"),
-            num_lstm_layers=lstm.get("n_layers", 1),
-            cell_clip=lstm.get("cell_clip"),
-            proj_clip=lstm.get("proj_clip"),
-            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
-            pretraining_dropout=options.get("dropout", 0.0),
-        )
-        option_names = {
-            "char_embedding_dim": "char_cnn.embedding.dim",
-            "filters": "char_cnn.filters",
-            "num_highway_layers": "char_cnn.n_highway",
-            "activation": "char_cnn.activation",
-            "max_characters_per_token": "char_cnn.max_characters_per_token",
-            "lstm_dim": "lstm.dim",
-            "projection_dim": "lstm.projection_dim",
-            "num_lstm_layers": "lstm.n_layers",
-            "cell_clip": "lstm.cell_clip",
-            "proj_clip": "lstm.proj_clip",
-            "use_skip_connections": "lstm.use_skip_connections",
-            "pretraining_dropout": "dropout",
-        }
-        fields.update(kwargs)
-        try:
-            return cls(**fields)
-        except ValueError as error:
-            # Every config error starts with the field's name: add the options.json key it came from.
-            field = str(error).split(" ", 1)[0].split("[", 1)[0]
-            if field in option_names:
-                raise ValueError(f"options '{option_names[field]}': {error}") from None
-            raise
-
-    def to_options_json(self):
-        """The bilm-tf `options.json` dict (inference form) describing this config."""
-        return {
-            "lstm": {
-                "dim": self.lstm_dim,
-                "projection_dim": self.projection_dim,
-                "n_layers": self.num_lstm_layers,
-                "cell_clip": self.cell_clip,
-                "proj_clip": self.proj_clip,
-                "use_skip_connections": self.use_skip_connections,
-            },
-            "dropout": self.pretraining_dropout,
-            "char_cnn": {
-                "embedding": {"dim": self.char_embedding_dim},
-                "filters": self.filters,
-                "n_highway": self.num_highway_layers,
-                "n_characters": self.num_characters,
-                "max_characters_per_token": self.max_characters_per_token,
-                "activation": self.activation,
-            },
-        }
-
-
-def _section(options, name, prefix=""):
-    if name not in options:
-        raise ValueError(f"options is missing the key '{prefix}{name}'")
-    if not isinstance(options[name], dict):
-        raise ValueError(f"options '{prefix}{name}' must be an object, got {options[name]!r}")
-    return options[name]
-
-
-def _required(section, section_name, key):
-    if key not in section:
-        raise ValueError(f"options is missing the key '{section_name}.{key}'")
-    return section[key]
+    def _check_fields(self):
+        """The one validation pass: checks every field (numbers normalised to float, filters to lists) and raises
+        `ElmoConfigFieldError` naming the first bad one."""
+        self.char_embedding_dim = _positive_int("char_embedding_dim", self.char_embedding_dim)
+        self.filters = _filters("filters", self.filters)
+        self.num_highway_layers = _non_negative_int("num_highway_layers", self.num_highway_layers)
+        if self.activation not in SUPPORTED_ACTIVATIONS:
+            raise ElmoConfigFieldError(
+                "activation", f"activation must be one of {SUPPORTED_ACTIVATIONS}, got {self.activation!r}"
+            )
+        if self.num_characters != ELMO_NUM_CHARACTERS:
+            raise ElmoConfigFieldError(
+                "num_characters",
+                f"num_characters must be {ELMO_NUM_CHARACTERS} (fixed by the character-id scheme), "
+                f"got {self.num_characters!r}",
+            )
+        self.max_characters_per_token = _positive_int("max_characters_per_token", self.max_characters_per_token)
+        widest_filter = max(width for width, _ in self.filters)
+        if self.max_characters_per_token < max(widest_filter, 3):
+            raise ElmoConfigFieldError(
+                "max_characters_per_token",
+                f"max_characters_per_token must be at least 3 and at least the widest filter ({widest_filter}), "
+                f"got {self.max_characters_per_token!r}",
+            )
+        self.lstm_dim = _positive_int("lstm_dim", self.lstm_dim)
+        self.projection_dim = _positive_int("projection_dim", self.projection_dim)
+        if self.projection_dim >= self.lstm_dim:
+            raise ElmoConfigFieldError(
+                "projection_dim",
+                f"projection_dim must be smaller than lstm_dim ({self.lstm_dim!r}), got {self.projection_dim!r}: "
+                "ELMo LSTMs without a projection are not supported",
+            )
+        self.num_lstm_layers = _positive_int("num_lstm_layers", self.num_lstm_layers)
+        self.cell_clip = _optional_positive_float("cell_clip", self.cell_clip)
+        self.proj_clip = _optional_positive_float("proj_clip", self.proj_clip)
+        self.vocab_size = _non_negative_int("vocab_size", self.vocab_size)
+        self.num_sampled_negatives = _non_negative_int("num_sampled_negatives", self.num_sampled_negatives)
+        if self.vocab_size and self.num_sampled_negatives > self.vocab_size:
+            raise ElmoConfigFieldError(
+                "num_sampled_negatives",
+                f"num_sampled_negatives must be at most vocab_size ({self.vocab_size}) (0 trains with the full "
+                f"softmax), got {self.num_sampled_negatives!r}",
+            )
+        self.pretraining_dropout = _probability("pretraining_dropout", self.pretraining_dropout)
+        if self.scalar_mix_initial_weights is not None:
+            weights = _float_list("scalar_mix_initial_weights", self.scalar_mix_initial_weights)
+            if len(weights) != self.num_lstm_layers + 1:
+                raise ElmoConfigFieldError(
+                    "scalar_mix_initial_weights",
+                    f"scalar_mix_initial_weights must have num_lstm_layers + 1 = {self.num_lstm_layers + 1} values, "
+                    f"got {len(weights)}",
+                )
+            self.scalar_mix_initial_weights = weights
+        for name in (
+            "use_skip_connections",
+            "scalar_mix_trainable",
+            "scalar_mix_do_layer_norm",
+            "use_output_elmo",
+            "freeze_bilm",
+            "use_crf",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                raise ElmoConfigFieldError(name, f"{name} must be a bool, got {getattr(self, name)!r}")
+        self.scalar_mix_dropout = _probability("scalar_mix_dropout", self.scalar_mix_dropout)
+        self.scalar_mix_l2_coef = _non_negative_float("scalar_mix_l2_coef", self.scalar_mix_l2_coef)
+        self.task_encoder_hidden_size = _positive_int("task_encoder_hidden_size", self.task_encoder_hidden_size)
+        self.task_encoder_layers = _non_negative_int("task_encoder_layers", self.task_encoder_layers)
+        self.classifier_dropout = _probability("classifier_dropout", self.classifier_dropout)
 
 
 def _positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+        raise ElmoConfigFieldError(name, f"{name} must be a positive int, got {value!r}")
     return value
 
 
 def _non_negative_int(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        raise ElmoConfigFieldError(name, f"{name} must be a non-negative int, got {value!r}")
     return value
 
 
@@ -295,19 +214,19 @@ def _optional_positive_float(name, value):
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"{name} must be a positive number or None, got {value!r}")
+        raise ElmoConfigFieldError(name, f"{name} must be a positive number or None, got {value!r}")
     return float(value)
 
 
 def _non_negative_float(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+        raise ElmoConfigFieldError(name, f"{name} must be a non-negative number, got {value!r}")
     return float(value)
 
 
 def _probability(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+        raise ElmoConfigFieldError(name, f"{name} must be a number in [0, 1), got {value!r}")
     return float(value)
 
 
@@ -315,13 +234,13 @@ def _float_list(name, values):
     if not isinstance(values, (list, tuple)) or any(
         isinstance(v, bool) or not isinstance(v, (int, float)) for v in values
     ):
-        raise ValueError(f"{name} must be a list of numbers, got {values!r}")
+        raise ElmoConfigFieldError(name, f"{name} must be a list of numbers, got {values!r}")
     return [float(v) for v in values]
 
 
 def _filters(name, filters):
     if not isinstance(filters, (list, tuple)) or not filters:
-        raise ValueError(f"{name} must be a non-empty list of [width, count] pairs, got {filters!r}")
+        raise ElmoConfigFieldError(name, f"{name} must be a non-empty list of [width, count] pairs, got {filters!r}")
     checked = []
     for index, pair in enumerate(filters):
         if (
@@ -329,6 +248,16 @@ def _filters(name, filters):
             or len(pair) != 2
             or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in pair)
         ):
-            raise ValueError(f"{name}[{index}] must be a [width, count] pair of positive ints, got {pair!r}")
+            raise ElmoConfigFieldError(
+                name, f"{name}[{index}] must be a [width, count] pair of positive ints, got {pair!r}"
+            )
         checked.append([pair[0], pair[1]])
     return checked
+
+
+class ElmoConfigFieldError(ValueError):
+    """A config field with a bad value; `field` names it, and so does the start of the message."""
+
+    def __init__(self, field, message):
+        super().__init__(message)
+        self.field = field

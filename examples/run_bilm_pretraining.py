@@ -41,6 +41,7 @@ from transformers.trainer_callback import ProgressCallback
 from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoTokenizer
 from elmo_hf.configuration_elmo import ORIGINAL_FILTERS
 from elmo_hf.tokenization_elmo import WORD_VOCAB_HEAD
+from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
 # Character CNN presets for --filters: the original ELMo's, and the small and tiny ones of Kim et al. (2016)'s
 # character-aware LM (25 * width filters of widths 1..6) and a tinier one for tests.
@@ -124,7 +125,7 @@ class ElmoLineDataset(torch.utils.data.Dataset):
                     offsets.append(position)
                 position += len(line)
         if not offsets:
-            raise ValueError(f"{path} holds no sentence: every line is blank")
+            raise UserInputError(f"{path}: holds no sentence: every line is blank")
         self.offsets = torch.tensor(offsets, dtype=torch.int64)  # (sentences,)
 
     def __len__(self):
@@ -289,21 +290,26 @@ def parse_filters(value):
     try:
         return json.loads(value)
     except json.JSONDecodeError:
-        raise ValueError(f"--filters must be one of {sorted(FILTER_PRESETS)} or a JSON list, got {value!r}") from None
+        raise UserInputError(
+            f"--filters: must be one of {sorted(FILTER_PRESETS)} or a JSON list, got {value!r}"
+        ) from None
 
 
 def data_files(data_args, training_args):
     """(train path, validation path or None) from --corpus or --train_file/--validation_file."""
     if data_args.corpus is not None:
         if data_args.corpus not in CORPORA:
-            raise ValueError(f"--corpus must be one of {CORPORA}, got {data_args.corpus!r}")
+            raise UserInputError(f"--corpus: must be one of {CORPORA}, got {data_args.corpus!r}")
         if data_args.train_file is not None or data_args.validation_file is not None:
-            raise ValueError("give either --corpus or --train_file/--validation_file, not both")
+            raise UserInputError("--corpus: give either --corpus or --train_file/--validation_file, not both")
         with training_args.main_process_first(desc="corpus"):
             paths = write_ptb(os.path.join(training_args.output_dir, "corpus"))
         return paths["train"], paths["valid"]
     if data_args.train_file is None:
-        raise ValueError("give --train_file (one sentence per line) or --corpus")
+        raise UserInputError("--train_file: give --train_file (one sentence per line) or --corpus")
+    for path in (data_args.train_file, data_args.validation_file):
+        if path is not None and not os.path.isfile(path):
+            raise UserInputError(f"{path}: no such file; expected a text file, one sentence per line")
     return data_args.train_file, data_args.validation_file
 
 
@@ -404,7 +410,7 @@ def main(argv=None):
             tokenizer.save_pretrained(training_args.output_dir)
     if training_args.do_eval:
         if validation_path is None:
-            raise ValueError("--do_eval needs --validation_file (or --corpus)")
+            raise UserInputError("--do_eval: needs --validation_file (or --corpus)")
         metrics = trainer.evaluate()
         if trainer.is_world_process_zero():
             print(json.dumps(metrics))
@@ -412,4 +418,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    with reported_as_one_line():  # a data error is one line; ELMO_HF_DEBUG=1 shows its traceback
+        main()

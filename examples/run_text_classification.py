@@ -29,6 +29,7 @@ from transformers import (
 
 import elmo_hf
 from elmo_hf.metrics import metric_path
+from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
 
 HEAD_FIELDS = ('freeze_bilm', 'task_encoder_hidden_size', 'task_encoder_layers', 'use_output_elmo', 'classifier_dropout')
@@ -68,9 +69,13 @@ def load_splits(data_args):
     files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
     files = {split: path for split, path in files.items() if path is not None}
     if not files:
-        raise ValueError("give --dataset_name or at least one of --train_file, --validation_file, --test_file")
+        raise UserInputError(
+            "--train_file: give --dataset_name or at least one of --train_file, --validation_file, --test_file"
+        )
     splits = {}
     for split, path in files.items():
+        if not os.path.isfile(path):
+            raise UserInputError(f"{path}: no such file; expected the {split} split as .csv or .json")
         kind = "csv" if path.endswith(".csv") else "json"
         splits[split] = datasets.load_dataset(kind, data_files=path, split="train")
     return datasets.DatasetDict(splits)
@@ -117,7 +122,7 @@ def main(argv=None):
             if is_class_label:
                 labels.append(label)
             elif str(label) not in label2id:
-                raise ValueError(f"{split_name} example {index}: unknown label {label!r}; the model knows {names}")
+                raise UserInputError(f"{split_name} example {index}: unknown label {label!r}; the model knows {names}")
             else:
                 labels.append(label2id[str(label)])
         encoding["labels"] = labels
@@ -161,4 +166,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with reported_as_one_line():  # a data error is one line; ELMO_HF_DEBUG=1 shows its traceback
+        main(sys.argv[1:])

@@ -30,6 +30,7 @@ from transformers import (
 
 import elmo_hf  # registers the ELMo classes with the Auto classes; DEFAULT_MODEL
 from elmo_hf.metrics import metric_path
+from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
 
 HEAD_FIELDS = ('use_crf', 'freeze_bilm', 'task_encoder_hidden_size', 'task_encoder_layers', 'use_output_elmo', 'classifier_dropout')
@@ -76,13 +77,13 @@ def read_conll(path):
                     words, tags = [], []
                 continue
             if len(columns) < 2:
-                raise ValueError(f"{path}:{number}: expected a word and a tag, got {line.strip()!r}")
+                raise UserInputError(f"{path}:{number}: expected a word and a tag, got {line.strip()!r}")
             words.append(columns[0])
             tags.append(columns[-1])
     if words:
         sentences.append({"tokens": words, "ner_tags": tags})
     if not sentences:
-        raise ValueError(f"{path}: no sentences found")
+        raise UserInputError(f"{path}: no sentences found; expected CoNLL lines of a word and a tag")
     return datasets.Dataset.from_list(sentences)
 
 
@@ -94,12 +95,16 @@ def load_splits(data_args):
     for split, path in files.items():
         if path is None:
             continue
+        if not os.path.isfile(path):
+            raise UserInputError(f"{path}: no such file; expected the {split} split as CoNLL text or .json")
         if path.endswith((".json", ".jsonl")):
             splits[split] = datasets.load_dataset("json", data_files=path, split="train")
         else:
             splits[split] = read_conll(path)
     if not splits:
-        raise ValueError("give --dataset_name or at least one of --train_file, --validation_file, --test_file")
+        raise UserInputError(
+            "--train_file: give --dataset_name or at least one of --train_file, --validation_file, --test_file"
+        )
     return datasets.DatasetDict(splits)
 
 
@@ -117,7 +122,7 @@ def tokenize_and_align(examples, tokenizer, label2id, text_column, label_column,
     all_labels = []
     for row, (words, tags) in enumerate(zip(examples[text_column], examples[label_column])):
         if len(words) != len(tags):
-            raise ValueError(
+            raise UserInputError(
                 f"{split_name} example {examples['_index'][row]}: {len(words)} words but {len(tags)} tags"
             )
         ids = []
@@ -127,7 +132,7 @@ def tokenize_and_align(examples, tokenizer, label2id, text_column, label_column,
             elif are_ids:
                 ids.append(tags[word])
             elif tags[word] not in label2id:
-                raise ValueError(
+                raise UserInputError(
                     f"{split_name} example {examples['_index'][row]}, word {word} ({words[word]!r}): unknown tag "
                     f"{tags[word]!r}; the model knows {sorted(label2id)}"
                 )
@@ -221,4 +226,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with reported_as_one_line():  # a data error is one line; ELMO_HF_DEBUG=1 shows its traceback
+        main(sys.argv[1:])

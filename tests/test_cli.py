@@ -1,13 +1,14 @@
 """The `elmo-hf` command line: embed, convert and perplexity."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 from conftest import tiny_model
 from test_embedder import ATOL, SENTENCES, direct_layers, read_output, write_lines
 
-from elmo_hf import DEFAULT_MODEL, ElmoEmbedder, ElmoModel, cli
+from elmo_hf import DEFAULT_MODEL, ElmoEmbedder, ElmoModel, cli, perplexity
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -61,8 +62,8 @@ def test_token_cache_option_gives_the_same_file(model_dir, tmp_path):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--layers", "mix"], "elmo-hf embed: error: mix_weights go with layers='mix' and only with it"),
-        (["--chunk-size", "0"], "elmo-hf embed: error: chunk_size must be a positive int, got 0"),
+        (["--layers", "mix"], "error: mix_weights go with layers='mix' and only with it"),
+        (["--chunk-size", "0"], "error: chunk_size must be a positive int, got 0"),
     ],
 )
 def test_bad_options_give_a_message_and_exit_code_2(model_dir, tmp_path, capsys, extra, message):
@@ -70,7 +71,7 @@ def test_bad_options_give_a_message_and_exit_code_2(model_dir, tmp_path, capsys,
     with pytest.raises(SystemExit) as exit:
         cli.main(["embed", str(tmp_path / "input.txt"), str(tmp_path / "out.npz"), "--model", str(model_dir), *extra])
     assert exit.value.code == 2
-    assert message in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(message)
 
 
 def test_help_lists_the_commands_and_model_defaults_to_the_shipped_one(capsys):
@@ -99,14 +100,24 @@ def test_convert_then_embed_a_real_checkpoint(fixtures_dir, tmp_path, capsys):
         np.testing.assert_allclose(arrays[str(index)], direct_layers(model, words), atol=1e-6, rtol=0)
 
 
-def test_perplexity_runs_the_example_script_with_its_arguments(tmp_path, monkeypatch, capsys):
-    missing = tmp_path / "examples" / "evaluate_perplexity.py"
-    monkeypatch.setattr(cli, "PERPLEXITY_SCRIPT", missing)
-    with pytest.raises(SystemExit) as exit:
-        cli.main(["perplexity", "--model", "m"])
-    assert str(exit.value).startswith(f"elmo-hf perplexity runs {missing}, which does not exist")
+def test_perplexity_prints_what_the_python_api_computes(tmp_path, capsys):
+    (tmp_path / "text.txt").write_text("the cat sat on the mat .\na dog ran home\n", encoding="utf-8")
+    cli.main(["perplexity", "--text", str(tmp_path / "text.txt"), "--protocol", "stateless", "--json"])
+    printed = json.loads(capsys.readouterr().out)
+    model, tokenizer = perplexity.load_language_model(DEFAULT_MODEL)
+    sentences = perplexity.read_sentences(tmp_path / "text.txt")
+    assert printed == pytest.approx(perplexity.evaluate_perplexity(model, tokenizer, sentences, "stateless"))
 
-    missing.parent.mkdir()
-    missing.write_text("import sys\nif __name__ == '__main__':\n    print(sys.argv[1:])\n", encoding="utf-8")
-    cli.main(["perplexity", "--model", "m", "--json"])
-    assert capsys.readouterr().out.strip() == "['--model', 'm', '--json']"
+
+def test_a_model_folder_whose_config_contradicts_its_weights_is_one_line(model_dir, tmp_path, capsys):
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(model_dir, checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps(config | {"lstm_dim": "16"}))
+    write_lines(tmp_path / "input.txt", SENTENCES)
+    for command in (["embed", str(tmp_path / "input.txt"), str(tmp_path / "out.npz")], ["perplexity", "--text",
+                                                                                       str(tmp_path / "input.txt")]):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main([*command, "--model", str(checkpoint)])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err == f"error: {checkpoint}: lstm_dim must be a positive int, got '16'\n"

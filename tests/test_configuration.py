@@ -1,8 +1,9 @@
-import json
+"""ElmoConfig: the published defaults and one validation pass that names the bad field."""
 
 import pytest
 
 from elmo_hf import ElmoConfig
+from elmo_hf.configuration_elmo import ElmoConfigFieldError
 
 
 def test_defaults_are_the_published_original_model():
@@ -14,73 +15,17 @@ def test_defaults_are_the_published_original_model():
     assert config.hidden_size == 1024
 
 
-def test_from_options_json_reads_every_field(fixtures_dir):
-    config = ElmoConfig.from_options_json(fixtures_dir / "allennlp_elmo" / "options.json")
-    assert config.filters == [[1, 4], [2, 8], [3, 16], [4, 32], [5, 64]]
-    assert (config.char_embedding_dim, config.num_highway_layers, config.activation) == (4, 2, "relu")
-    assert (config.lstm_dim, config.projection_dim, config.num_lstm_layers) == (64, 16, 2)
-    assert config.use_skip_connections is True
-    no_skip = ElmoConfig.from_options_json(fixtures_dir / "bilm_tf_model" / "options.json")
-    assert no_skip.use_skip_connections is False
-
-
-def test_training_dropout_option_becomes_pretraining_dropout(fixtures_dir):
-    options = json.loads((fixtures_dir / "tiny_char_bilm_ckpt" / "options.json").read_text())
-    assert ElmoConfig.from_options_json(options).pretraining_dropout == options.get("dropout", 0.0)
-    options["dropout"] = 0.25
-    assert ElmoConfig.from_options_json(options).pretraining_dropout == 0.25
-    options["dropout"] = 1.0
-    with pytest.raises(ValueError, match=r"options 'dropout': pretraining_dropout must be a number in \[0, 1\), got 1.0"):
-        ElmoConfig.from_options_json(options)
-
-
-def test_training_options_with_261_characters_are_accepted(fixtures_dir):
-    config = ElmoConfig.from_options_json(fixtures_dir / "tiny_char_bilm_ckpt" / "options.json")
-    assert config.num_characters == 262 and config.lstm_dim == 32
-
-
-def test_options_round_trip():
-    config = ElmoConfig(lstm_dim=64, projection_dim=16, filters=[[1, 4]], cell_clip=None, pretraining_dropout=0.1)
-    again = ElmoConfig.from_options_json(json.loads(json.dumps(config.to_options_json())))
-    assert again.to_dict() == config.to_dict()
-
-
-def test_missing_optional_keys_take_bilm_tf_defaults():
-    options = ElmoConfig(lstm_dim=64, projection_dim=16).to_options_json()
-    for key in ("n_layers", "cell_clip", "proj_clip", "use_skip_connections"):
-        del options["lstm"][key]
-    config = ElmoConfig.from_options_json(options)
-    assert config.num_lstm_layers == 1 and config.cell_clip is None and config.proj_clip is None
-    assert config.use_skip_connections is False
-
-
 @pytest.mark.parametrize(
-    "section, key, value, message",
+    "fields, field, message",
     [
-        ("char_cnn", "activation", "gelu", "options 'char_cnn.activation': activation must be one of"),
-        ("char_cnn", "n_characters", 300, "options 'char_cnn.n_characters' must be 261 or 262, got 300"),
-        ("lstm", "dim", "4096", "options 'lstm.dim': lstm_dim must be a positive int, got '4096'"),
-        ("lstm", "cell_clip", -1, "options 'lstm.cell_clip': cell_clip must be a positive number or None"),
-        ("char_cnn", "filters", [[1, 4], [2]], "options 'char_cnn.filters': filters[1] must be a [width, count]"),
-        ("lstm", "projection_dim", 128, "options 'lstm.projection_dim': projection_dim must be smaller than lstm_dim"),
+        ({"cell_clip": -1}, "cell_clip", "cell_clip must be a positive number or None, got -1"),
+        ({"filters": [[1, 4], [2]]}, "filters", "filters[1] must be a [width, count] pair of positive ints, got [2]"),
+        ({"projection_dim": 64}, "projection_dim", "projection_dim must be smaller than lstm_dim (64), got 64"),
+        ({"use_crf": 1}, "use_crf", "use_crf must be a bool, got 1"),
     ],
 )
-def test_bad_option_values_name_the_key(section, key, value, message):
-    options = ElmoConfig(lstm_dim=64, projection_dim=16).to_options_json()
-    options[section][key] = value
-    with pytest.raises(ValueError) as error:
-        ElmoConfig.from_options_json(options)
-    assert message in str(error.value)
-
-
-def test_missing_required_key_is_named():
-    options = ElmoConfig().to_options_json()
-    del options["lstm"]["projection_dim"]
-    with pytest.raises(ValueError, match=r"options is missing the key 'lstm.projection_dim'"):
-        ElmoConfig.from_options_json(options)
-
-
-def test_unidirectional_options_are_rejected():
-    options = ElmoConfig().to_options_json() | {"bidirectional": False}
-    with pytest.raises(ValueError, match="'bidirectional' must be true"):
-        ElmoConfig.from_options_json(options)
+def test_a_bad_value_is_a_value_error_that_names_its_field(fields, field, message):
+    with pytest.raises(ElmoConfigFieldError) as raised:
+        ElmoConfig(**{"lstm_dim": 64, "projection_dim": 16, **fields})
+    assert isinstance(raised.value, ValueError) and raised.value.field == field
+    assert str(raised.value).startswith(message)

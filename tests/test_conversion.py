@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from conftest import REPO_ROOT
-from conversion.convert_elmo_original_tf_to_hf import convert_hdf5, main, read_hdf5_weights
+from conversion.convert_elmo_original_tf_to_hf import main
+from elmo_hf import original_tf
+from elmo_hf.original_tf import convert_hdf5, read_hdf5_weights
 from elmo_hf import ElmoModel, ElmoTokenizer
 
 
@@ -44,7 +46,7 @@ def test_conversion_needs_no_tensorflow(fixtures_dir):
     folder = fixtures_dir / "allennlp_elmo"
     code = (
         "import sys; sys.modules['tensorflow'] = None\n"
-        "from conversion.convert_elmo_original_tf_to_hf import convert_hdf5\n"
+        "from elmo_hf.original_tf import convert_hdf5\n"
         f"convert_hdf5({str(folder / 'options.json')!r}, {str(folder / 'lm_weights.hdf5')!r})\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
@@ -104,12 +106,10 @@ def test_unreadable_weight_file(fixtures_dir, tmp_path):
 
 def test_verification_catches_a_wrong_key_table(fixtures_dir, monkeypatch):
     """A converter that forgot the forget bias fails its own pre-save check."""
-    import conversion.convert_elmo_original_tf_to_hf as converter
-
-    monkeypatch.setattr(converter, "_add_forget_bias", lambda bias: bias)
+    monkeypatch.setattr(original_tf, "_add_forget_bias", lambda bias: bias)
     folder = fixtures_dir / "allennlp_elmo"
     with pytest.raises(ValueError, match="converted model differs from bilm-tf's arithmetic"):
-        converter.convert_hdf5(folder / "options.json", folder / "lm_weights.hdf5")
+        original_tf.convert_hdf5(folder / "options.json", folder / "lm_weights.hdf5")
 
 
 def test_trust_remote_code_without_the_package(fixtures_dir, tmp_path):

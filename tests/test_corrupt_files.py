@@ -7,6 +7,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -14,8 +15,9 @@ import pytest
 import torch
 from conftest import REPO_ROOT, tiny_model
 
-from conversion.convert_elmo_original_tf_to_hf import convert_hdf5, read_hdf5_weights
-from elmo_hf import ElmoConfig, ElmoModel, ElmoPreTrainedModel
+from elmo_hf.original_tf import config_from_options, convert_hdf5, read_hdf5_weights
+from elmo_hf.user_errors import UserInputError
+from elmo_hf import ElmoModel, ElmoPreTrainedModel
 from transformers import AutoModel
 
 # ---- bilm-tf hdf5 weights and options.json (the converter) ----
@@ -34,15 +36,98 @@ def write_hdf5(path, arrays):
     return path
 
 
-def test_truncated_hdf5(source, tmp_path):
+# Each case: (a change to the weight file's {dataset name: array}, the message after "<weights file>: ").
+BAD_DATASETS = {
+    "misshapen": (
+        lambda arrays: arrays.update({"CNN/W_cnn_0": np.ones((1, 1, 4, 5), np.float32)}),
+        "dataset 'CNN/W_cnn_0' has shape (1, 1, 4, 5), expected (1, 1, 4, 4) for "
+        "character_encoder.convolutions.0.weight",
+    ),
+    "integer": (
+        lambda arrays: arrays.update({"char_embed": arrays["char_embed"].astype(np.int32)}),
+        "dataset 'char_embed' has dtype int32, expected float for character_encoder.char_embedding",
+    ),
+    "nan": (
+        lambda arrays: arrays["CNN_proj/b_proj"].__setitem__(3, np.nan),
+        "dataset 'CNN_proj/b_proj' holds NaN or infinite values, expected finite floats",
+    ),
+    "missing": (
+        lambda arrays: arrays.pop("RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"),
+        "dataset 'RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B' is missing (expected shape (256,))",
+    ),
+    "unused": (
+        lambda arrays: arrays.update({"extra/softmax": np.ones(3, np.float32)}),
+        "datasets not used by this config: ['extra/softmax']",
+    ),
+}
+
+# Each case: (an edit of the parsed options.json, the message after "<options file>: ").
+BAD_OPTIONS = {
+    "missing key": (
+        lambda options: options["lstm"].pop("projection_dim"), "options is missing the key 'lstm.projection_dim'"
+    ),
+    "missing section": (lambda options: options.pop("char_cnn"), "options is missing the key 'char_cnn'"),
+    "wrong type": (
+        lambda options: options["lstm"].update(dim="64"),
+        "options 'lstm.dim': lstm_dim must be a positive int, got '64'",
+    ),
+    "wrong filter type": (
+        lambda options: options["char_cnn"].update(filters=[[1, 4], [2, "8"]]),
+        "options 'char_cnn.filters': filters[1] must be a [width, count] pair of positive ints, got [2, '8']",
+    ),
+    "section not an object": (lambda options: options.update(lstm=[64]), "options 'lstm' must be an object, got [64]"),
+}
+
+
+def weights_with(source, tmp_path, case):
+    """(options, a copy of the weights with BAD_DATASETS[case] applied, the expected message)."""
+    options, weights = source
+    arrays = read_hdf5_weights(weights)
+    change, message = BAD_DATASETS[case]
+    change(arrays)
+    bad = write_hdf5(tmp_path / "bad.hdf5", arrays)
+    return options, bad, f"{bad}: {message}"
+
+
+def options_with(source, tmp_path, case):
+    """(a copy of options.json with BAD_OPTIONS[case] applied, the weights, the expected message)."""
+    options = json.loads(source[0].read_text())
+    edit, message = BAD_OPTIONS[case]
+    edit(options)
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(options))
+    return path, source[1], f"{path}: {message}"
+
+
+def truncated_weights(source, tmp_path):
+    """(options, the first half of the weight file, the start of the expected message)."""
     options, weights = source
     data = weights.read_bytes()
     truncated = tmp_path / "truncated.hdf5"
     truncated.write_bytes(data[: len(data) // 2])
+    return options, truncated, f"{truncated}: not a readable hdf5 weight file (Unable to synchronously open file"
+
+
+def options_contradicting_the_weights(source, tmp_path):
+    """(options.json with an LSTM of 32 cells, weights of 64, the expected message: it names the weights)."""
+    options, weights = source
+    edited = json.loads(options.read_text())
+    edited["lstm"]["dim"] = 32
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(edited))
+    message = (
+        f"{weights}: dataset 'RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0' has shape (32, 256), expected (32, 128) "
+        "for encoder.layers.0.input_weight"
+    )
+    return path, weights, message
+
+
+def test_truncated_hdf5(source, tmp_path):
+    options, truncated, start = truncated_weights(source, tmp_path)
     with pytest.raises(ValueError) as raised:
         convert_hdf5(options, truncated)
     message = str(raised.value)
-    assert message.startswith(f"{truncated}: not a readable hdf5 weight file (Unable to synchronously open file")
+    assert message.startswith(start)
     assert "truncated file" in message and message.endswith("expected bilm-tf's weights .hdf5")
 
 
@@ -54,80 +139,27 @@ def test_corrupt_hdf5(source, tmp_path, content):
         convert_hdf5(source[0], corrupt)
 
 
-@pytest.mark.parametrize(
-    "change, message",
-    [
-        (
-            lambda arrays: arrays.update({"CNN/W_cnn_0": np.ones((1, 1, 4, 5), np.float32)}),
-            "dataset 'CNN/W_cnn_0' has shape (1, 1, 4, 5), expected (1, 1, 4, 4) for "
-            "character_encoder.convolutions.0.weight",
-        ),
-        (
-            lambda arrays: arrays.update({"char_embed": arrays["char_embed"].astype(np.int32)}),
-            "dataset 'char_embed' has dtype int32, expected float for character_encoder.char_embedding",
-        ),
-        (
-            lambda arrays: arrays["CNN_proj/b_proj"].__setitem__(3, np.nan),
-            "dataset 'CNN_proj/b_proj' holds NaN or infinite values, expected finite floats",
-        ),
-        (
-            lambda arrays: arrays.pop("RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"),
-            "dataset 'RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B' is missing (expected shape (256,))",
-        ),
-        (
-            lambda arrays: arrays.update({"extra/softmax": np.ones(3, np.float32)}),
-            "datasets not used by this config: ['extra/softmax']",
-        ),
-    ],
-)
-def test_bad_datasets_name_file_dataset_and_expectation(source, tmp_path, change, message):
-    options, weights = source
-    arrays = read_hdf5_weights(weights)
-    change(arrays)
-    bad = write_hdf5(tmp_path / "bad.hdf5", arrays)
-    with pytest.raises(ValueError) as raised:
+@pytest.mark.parametrize("case", BAD_DATASETS)
+def test_bad_datasets_name_file_dataset_and_expectation(source, tmp_path, case):
+    options, bad, message = weights_with(source, tmp_path, case)
+    with pytest.raises(UserInputError) as raised:
         convert_hdf5(options, bad)
-    assert str(raised.value) == f"{bad}: {message}"
+    assert str(raised.value) == message
 
 
 def test_options_that_contradict_the_weights(source, tmp_path):
-    options, weights = source
-    edited = json.loads(options.read_text())
-    edited["lstm"]["dim"] = 32
-    path = tmp_path / "options.json"
-    path.write_text(json.dumps(edited))
-    with pytest.raises(ValueError) as raised:
-        convert_hdf5(path, weights)
-    assert str(raised.value) == (
-        f"{weights}: dataset 'RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0' has shape (32, 256), expected (32, 128) "
-        "for encoder.layers.0.input_weight"
-    )
+    options, weights, message = options_contradicting_the_weights(source, tmp_path)
+    with pytest.raises(UserInputError) as raised:
+        convert_hdf5(options, weights)
+    assert str(raised.value) == message
 
 
-@pytest.mark.parametrize(
-    "edit, message",
-    [
-        (lambda options: options["lstm"].pop("projection_dim"), "options is missing the key 'lstm.projection_dim'"),
-        (lambda options: options.pop("char_cnn"), "options is missing the key 'char_cnn'"),
-        (
-            lambda options: options["lstm"].update(dim="64"),
-            "options 'lstm.dim': lstm_dim must be a positive int, got '64'",
-        ),
-        (
-            lambda options: options["char_cnn"].update(filters=[[1, 4], [2, "8"]]),
-            "options 'char_cnn.filters': filters[1] must be a [width, count] pair of positive ints, got [2, '8']",
-        ),
-        (lambda options: options.update(lstm=[64]), "options 'lstm' must be an object, got [64]"),
-    ],
-)
-def test_bad_options_json_names_file_and_key(source, tmp_path, edit, message):
-    options = json.loads(source[0].read_text())
-    edit(options)
-    path = tmp_path / "options.json"
-    path.write_text(json.dumps(options))
-    with pytest.raises(ValueError) as raised:
-        ElmoConfig.from_options_json(path)
-    assert str(raised.value).startswith(f"{path}: {message}")
+@pytest.mark.parametrize("case", BAD_OPTIONS)
+def test_bad_options_json_names_file_and_key(source, tmp_path, case):
+    path, _, message = options_with(source, tmp_path, case)
+    with pytest.raises(UserInputError) as raised:
+        config_from_options(path)
+    assert str(raised.value) == message
 
 
 @pytest.mark.parametrize(
@@ -141,8 +173,113 @@ def test_options_json_that_is_not_an_object(tmp_path, content, message):
     path = tmp_path / "options.json"
     path.write_text(content)
     with pytest.raises(ValueError) as raised:
-        ElmoConfig.from_options_json(path)
+        config_from_options(path)
     assert str(raised.value).startswith(f"{path}: {message}")
+
+
+# ---- The same files through the command line: one line, no traceback ----
+
+ELMO_HF = [str(Path(sys.executable).with_name("elmo-hf"))]  # the console script of this environment
+CONVERSION_SCRIPT = [sys.executable, str(REPO_ROOT / "conversion" / "convert_elmo_original_tf_to_hf.py")]
+
+
+def convert_command(command, build):
+    """A case: `command convert` on the (options, weights) that `build(source, tmp_path)` writes."""
+
+    def case(source, tmp_path):
+        options, weights, message = build(source, tmp_path)
+        arguments = ["--options", str(options), "--weights", str(weights), "--output-dir", str(tmp_path / "out")]
+        return [*command, *arguments], message
+
+    return case
+
+
+def missing_embed_input(source, tmp_path):
+    missing = tmp_path / "no_such_input.txt"
+    return [*ELMO_HF, "embed", str(missing), str(tmp_path / "vectors.npz")], (
+        f"{missing}: no such file; expected UTF-8 text, one sentence per line"
+    )
+
+
+def missing_perplexity_text(source, tmp_path):
+    missing = tmp_path / "no_such_text.txt"
+    return [*ELMO_HF, "perplexity", "--text", str(missing)], (
+        f"{missing}: cannot be read (No such file or directory); expected UTF-8 text, one sentence per line"
+    )
+
+
+def missing_perplexity_model(source, tmp_path):
+    (tmp_path / "text.txt").write_text("the cat sat\n", encoding="utf-8")
+    missing = tmp_path / "no_such_model"
+    return [*ELMO_HF, "perplexity", "--model", str(missing), "--text", str(tmp_path / "text.txt")], (
+        f"{missing}: no such folder, and no such model on the Hub ("
+    )
+
+
+def missing_options_file(source, tmp_path):
+    missing = tmp_path / "no_such_options.json"
+    return convert_command(ELMO_HF + ["convert"], lambda source, tmp_path: (missing, source[1], (
+        f"{missing}: cannot be read (No such file or directory); expected bilm-tf's options.json"
+    )))(source, tmp_path)
+
+
+def bad_conll_line(source, tmp_path):
+    conll = tmp_path / "train.conll"
+    conll.write_text("Paris B-LOC\nword\n", encoding="utf-8")
+    script = REPO_ROOT / "examples" / "run_token_classification.py"
+    return [sys.executable, str(script), "--train_file", str(conll), "--output_dir", str(tmp_path / "out")], (
+        f"{conll}:2: expected a word and a tag, got 'word'"
+    )
+
+
+COMMAND_LINE_CASES = {
+    "missing dataset (elmo-hf convert)": convert_command(
+        ELMO_HF + ["convert"], lambda source, tmp_path: weights_with(source, tmp_path, "missing")
+    ),
+    "misshapen dataset (script)": convert_command(
+        CONVERSION_SCRIPT, lambda source, tmp_path: weights_with(source, tmp_path, "misshapen")
+    ),
+    "truncated hdf5 (elmo-hf convert)": convert_command(ELMO_HF + ["convert"], truncated_weights),
+    "options missing a key (script)": convert_command(
+        CONVERSION_SCRIPT, lambda source, tmp_path: options_with(source, tmp_path, "missing key")
+    ),
+    "options with a wrong type (elmo-hf convert)": convert_command(
+        ELMO_HF + ["convert"], lambda source, tmp_path: options_with(source, tmp_path, "wrong type")
+    ),
+    "options contradicting the weights (script)": convert_command(CONVERSION_SCRIPT, options_contradicting_the_weights),
+    "missing options file (elmo-hf convert)": missing_options_file,
+    "missing input (elmo-hf embed)": missing_embed_input,
+    "missing text (elmo-hf perplexity)": missing_perplexity_text,
+    "missing model (elmo-hf perplexity)": missing_perplexity_model,
+    "bad data line (examples/run_token_classification.py)": bad_conll_line,
+}
+
+
+def run_command_line(command, tmp_path):
+    environment = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("case", COMMAND_LINE_CASES)
+def test_command_line_reports_a_bad_file_in_one_line(source, tmp_path, case):
+    command, message = COMMAND_LINE_CASES[case](source, tmp_path)
+    done = run_command_line(command, tmp_path)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "Traceback" not in output, output
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, output
+    # The message names the file and the key (dataset, options key) and says what was expected.
+    assert errors[0].startswith(f"error: {message}"), output
+    assert done.stderr.rstrip("\n").endswith(errors[0]), output  # the last thing printed
+
+
+def test_debug_shows_the_traceback_of_a_bad_file(source, tmp_path):
+    command, message = COMMAND_LINE_CASES["missing dataset (elmo-hf convert)"](source, tmp_path)
+    done = run_command_line([*command, "--debug"], tmp_path)
+    assert done.returncode == 1
+    assert "Traceback (most recent call last)" in done.stderr
+    assert done.stderr.rstrip("\n").endswith(f"elmo_hf.user_errors.UserInputError: {message}")
 
 
 # ---- Hugging Face checkpoints (from_pretrained) ----

@@ -17,7 +17,7 @@ from conftest import REPO_ROOT
 from safetensors import safe_open
 from transformers import AutoModel, AutoModelForPreTraining, pipeline
 
-from elmo_hf import DEFAULT_MODEL, ElmoEmbedder, ElmoForPreTraining, ElmoModel, ElmoTokenizer, cli
+from elmo_hf import DEFAULT_MODEL, ElmoEmbedder, ElmoForPreTraining, ElmoModel, ElmoTokenizer, cli, perplexity
 
 pytestmark = pytest.mark.usefixtures("loopback_only", "one_thread")
 
@@ -79,9 +79,8 @@ def test_the_biLM_and_auto_classes_load_it_without_the_softmax():
 
 def test_perplexity_on_a_ptb_test_subset_is_reproduced():
     sentences = ptb_sentences("test", RESULTS["subset_sentences"])
-    script = load_script("evaluate_perplexity")
-    model, tokenizer = script.load(DEFAULT_MODEL)
-    result = script.evaluate_perplexity(model, tokenizer, sentences, "stateless", 64)
+    model, tokenizer = perplexity.load_language_model(DEFAULT_MODEL)
+    result = perplexity.evaluate_perplexity(model, tokenizer, sentences, "stateless", 64)
     expected = RESULTS["packaged"]["test_subset"]
     assert result["targets_per_direction"] == expected["targets_per_direction"]
     for key in ("forward_perplexity", "backward_perplexity", "perplexity"):

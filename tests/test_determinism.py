@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from conversion.convert_elmo_original_tf_to_hf import convert_hdf5
+from elmo_hf.original_tf import convert_hdf5
 from elmo_hf import ElmoTokenizer
 
 TOLERANCE = 1e-6

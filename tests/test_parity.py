@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conversion.convert_elmo_original_tf_to_hf import convert_hdf5
+from elmo_hf.original_tf import convert_hdf5
 from elmo_hf import ElmoModel, ElmoTokenizer
 
 WEIGHT_SETS = {

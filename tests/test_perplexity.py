@@ -1,4 +1,4 @@
-"""examples/evaluate_perplexity.py: both protocols equal a direct, independent loop over the targets."""
+"""elmo_hf.perplexity: both protocols equal a direct, independent loop over the targets."""
 
 import importlib.util
 import json
@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from conftest import REPO_ROOT
-from elmo_hf import ElmoTokenizer
+from elmo_hf import ElmoTokenizer, perplexity
 from test_pretraining import WORDS, tiny_lm
 
 spec = importlib.util.spec_from_file_location("evaluate_perplexity", REPO_ROOT / "examples" / "evaluate_perplexity.py")
-evaluate_perplexity = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(evaluate_perplexity)
+script = importlib.util.module_from_spec(spec)  # the thin command-line script
+spec.loader.exec_module(script)
 
 # An out-of-vocabulary word ("zebra"), a blank line (a sentence without words), sentences of varied length.
 TEXT = "the cat sat on the mat .\na zebra ran\n\ndog sat\nthe dog ran on a mat .\ncat\n"
@@ -35,7 +35,7 @@ def lm_tokenizer(tmp_path_factory):
 def sentences(tmp_path):
     path = tmp_path / "text.txt"
     path.write_text(TEXT, encoding="utf-8")
-    return evaluate_perplexity.read_sentences(path)
+    return perplexity.read_sentences(path)
 
 
 def _perplexities(forward_losses, backward_losses):
@@ -102,7 +102,7 @@ def _as_tuple(result):
 
 @pytest.mark.parametrize("batch_size", [1, 2, 4])
 def test_bilm_tf_protocol_equals_the_step_by_step_loop(lm, lm_tokenizer, sentences, batch_size):
-    result = evaluate_perplexity.evaluate_perplexity(lm, lm_tokenizer, sentences, "bilm-tf", batch_size)
+    result = perplexity.evaluate_perplexity(lm, lm_tokenizer, sentences, "bilm-tf", batch_size)
     expected = reference_bilm_tf(lm, lm_tokenizer, sentences, batch_size)
     assert result["protocol"] == "bilm-tf"
     assert _as_tuple(result)[3] == expected[3]
@@ -114,7 +114,7 @@ def test_bilm_tf_protocol_equals_the_step_by_step_loop(lm, lm_tokenizer, sentenc
 
 def test_bilm_tf_protocol_drops_the_unfillable_end(lm, lm_tokenizer, sentences):
     # 26 targets per direction in the text; with 4 rows bilm-tf stops after the last complete step.
-    counts = [evaluate_perplexity.evaluate_perplexity(lm, lm_tokenizer, sentences, "bilm-tf", n)[
+    counts = [perplexity.evaluate_perplexity(lm, lm_tokenizer, sentences, "bilm-tf", n)[
         "targets_per_direction"] for n in (1, 4)]
     assert counts[0] == sum(len(words) + 1 for words in sentences) == 26
     assert counts[1] < 26 and counts[1] % 4 == 0
@@ -122,7 +122,7 @@ def test_bilm_tf_protocol_drops_the_unfillable_end(lm, lm_tokenizer, sentences):
 
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_stateless_protocol_equals_the_per_sentence_loop(lm, lm_tokenizer, sentences, batch_size):
-    result = evaluate_perplexity.evaluate_perplexity(lm, lm_tokenizer, sentences, "stateless", batch_size)
+    result = perplexity.evaluate_perplexity(lm, lm_tokenizer, sentences, "stateless", batch_size)
     expected = reference_stateless(lm, lm_tokenizer, sentences)
     assert result["protocol"] == "stateless"
     assert _as_tuple(result) == pytest.approx(expected, rel=1e-5)
@@ -134,7 +134,7 @@ def test_stateless_protocol_agrees_with_the_model_loss(lm, lm_tokenizer, sentenc
                          return_tensors="pt")
     with torch.no_grad():
         output = lm(**batch)
-    result = evaluate_perplexity.evaluate_perplexity(lm, lm_tokenizer, nonempty, "stateless", 2)
+    result = perplexity.evaluate_perplexity(lm, lm_tokenizer, nonempty, "stateless", 2)
     assert math.log(result["forward_perplexity"]) == pytest.approx(float(output.forward_loss), rel=1e-5)
     assert math.log(result["backward_perplexity"]) == pytest.approx(float(output.backward_loss), rel=1e-5)
 
@@ -143,10 +143,10 @@ def test_cli_prints_json(lm, lm_tokenizer, tmp_path, capsys):
     lm.save_pretrained(tmp_path / "model")
     lm_tokenizer.save_pretrained(tmp_path / "model")
     (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")
-    evaluate_perplexity.main(["--model", str(tmp_path / "model"), "--text", str(tmp_path / "text.txt"), "--json",
+    script.main(["--model", str(tmp_path / "model"), "--text", str(tmp_path / "text.txt"), "--json",
                               "--protocol", "stateless", "--batch-size", "2"])
     printed = json.loads(capsys.readouterr().out)
-    expected = reference_stateless(lm, lm_tokenizer, evaluate_perplexity.read_sentences(tmp_path / "text.txt"))
+    expected = reference_stateless(lm, lm_tokenizer, perplexity.read_sentences(tmp_path / "text.txt"))
     assert printed["protocol"] == "stateless"
     assert printed["perplexity"] == pytest.approx(expected[2], rel=1e-5)
 
@@ -155,33 +155,34 @@ def test_cli_prints_json(lm, lm_tokenizer, tmp_path, capsys):
 def test_a_text_without_words_is_an_error(tmp_path, content):
     path = tmp_path / "empty.txt"
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(ValueError, match="empty.txt holds no words: perplexity needs at least one sentence"):
-        evaluate_perplexity.read_sentences(path)
+    with pytest.raises(ValueError, match="empty.txt: holds no words; perplexity needs at least one sentence"):
+        perplexity.read_sentences(path)
 
 
 def test_cli_reports_an_empty_text_without_a_traceback(tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("", encoding="utf-8")
     with pytest.raises(SystemExit) as exit_info:
-        evaluate_perplexity.main(["--model", str(tmp_path / "unused"), "--text", str(tmp_path / "empty.txt")])
+        script.main(["--model", str(tmp_path / "unused"), "--text", str(tmp_path / "empty.txt")])
     assert exit_info.value.code == 2
-    assert "error: " + str(tmp_path / "empty.txt") + " holds no words" in capsys.readouterr().err
+    expected = f"error: {tmp_path / 'empty.txt'}: holds no words; perplexity needs at least one sentence\n"
+    assert capsys.readouterr().err == expected
 
 
 def test_a_text_too_short_for_the_batch_is_an_error(lm, lm_tokenizer):
     with pytest.raises(ValueError, match="too short for --batch-size 3 under the bilm-tf protocol"):
-        evaluate_perplexity.evaluate_perplexity(lm, lm_tokenizer, [["the"], ["cat"]], "bilm-tf", 3)
+        perplexity.evaluate_perplexity(lm, lm_tokenizer, [["the"], ["cat"]], "bilm-tf", 3)
 
 
 def test_converted_checkpoint_on_its_training_corpus(fixtures_dir):
-    from conversion.convert_elmo_original_tf_to_hf import convert_tf_checkpoint
+    from elmo_hf.original_tf import convert_tf_checkpoint
 
     checkpoint = fixtures_dir / "tiny_char_bilm_ckpt"
     model, tokenizer, _ = convert_tf_checkpoint(
         checkpoint / "model.ckpt-60", checkpoint / "options.json", checkpoint / "vocab.txt"
     )
-    sentences = evaluate_perplexity.read_sentences(fixtures_dir / "train_corpus" / "data.txt")
+    sentences = perplexity.read_sentences(fixtures_dir / "train_corpus" / "data.txt")
     # bilm-tf trained this checkpoint with 2 rows; 5 sentences, 134 words -> 139 targets, 110 in full batches.
-    result = evaluate_perplexity.evaluate_perplexity(model, tokenizer, sentences, "bilm-tf", 2)
+    result = perplexity.evaluate_perplexity(model, tokenizer, sentences, "bilm-tf", 2)
     expected = reference_bilm_tf(model, tokenizer, sentences, 2)
     assert result["targets_per_direction"] == expected[3] == 110
     assert _as_tuple(result)[:3] == pytest.approx(expected[:3], rel=1e-5)

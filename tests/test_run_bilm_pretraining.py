@@ -15,9 +15,9 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import REPO_ROOT, tiny_model
+from elmo_hf import perplexity
 
 sys.path.insert(0, str(REPO_ROOT / "examples"))
-import evaluate_perplexity  # noqa: E402
 import run_bilm_pretraining  # noqa: E402
 
 NUMBERS = [f"n{index:02d}" for index in range(20)]
@@ -64,7 +64,7 @@ def test_line_dataset_reads_the_non_blank_lines_from_disk(tmp_path):
     dataset = run_bilm_pretraining.ElmoLineDataset(str(text))
     assert [dataset[index] for index in range(len(dataset))] == ["one two", "three — four", "five"]
     (tmp_path / "blank.txt").write_text("\n \n", encoding="utf-8")
-    with pytest.raises(ValueError, match="blank.txt holds no sentence: every line is blank"):
+    with pytest.raises(ValueError, match="blank.txt: holds no sentence: every line is blank"):
         run_bilm_pretraining.ElmoLineDataset(str(tmp_path / "blank.txt"))
 
 
@@ -89,9 +89,9 @@ def test_training_loss_falls_far_below_the_unigram_entropy(tmp_path, capsys):
     assert (output_dir / "model.safetensors").is_file() and not (output_dir / "pytorch_model.bin").exists()
     vocab = (output_dir / "vocab.txt").read_text(encoding="utf-8").split()
     assert vocab == ["<S>", "</S>", "<UNK>", *sorted(NUMBERS, key=lambda word: (-counts[word], word))]
-    # The logged perplexities are evaluate_perplexity.py's stateless ones for the saved model.
-    model, tokenizer = evaluate_perplexity.load(output_dir)
-    expected = evaluate_perplexity.evaluate_perplexity(model, tokenizer, sentences, "stateless", batch_size=7)
+    # The logged perplexities are elmo_hf.perplexity's stateless ones for the saved model.
+    model, tokenizer = perplexity.load_language_model(output_dir)
+    expected = perplexity.evaluate_perplexity(model, tokenizer, sentences, "stateless", batch_size=7)
     for key in ("forward_perplexity", "backward_perplexity", "perplexity"):
         assert metrics["eval_" + key] == pytest.approx(expected[key], rel=1e-5)
     assert metrics["eval_targets_per_direction"] == expected["targets_per_direction"]

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from conversion.convert_elmo_original_tf_to_hf import convert_hdf5, convert_tf_checkpoint, main
-from conversion.tf_checkpoint_reader import read_tf_checkpoint
+from conversion.convert_elmo_original_tf_to_hf import main
+from elmo_hf.original_tf import convert_hdf5, convert_tf_checkpoint
+from elmo_hf.tf_checkpoint_reader import read_tf_checkpoint
 from tf_checkpoint_writer import write_tf_checkpoint
 from elmo_hf import ElmoForPreTraining, ElmoModel
 
@@ -130,5 +131,5 @@ def test_vocab_must_match_the_softmax(checkpoint_dir, tmp_path):
         convert_tf_checkpoint(checkpoint_dir / "model.ckpt-60", checkpoint_dir / "options.json")
     short = tmp_path / "vocab.txt"
     short.write_text("<S>\n</S>\n<UNK>\nthe\n")
-    with pytest.raises(ValueError, match="vocab.txt has 4 words but the checkpoint's softmax has 32"):
+    with pytest.raises(ValueError, match="vocab.txt: has 4 words, but the checkpoint's softmax has 32"):
         convert_tf_checkpoint(checkpoint_dir / "model.ckpt-60", checkpoint_dir / "options.json", short)

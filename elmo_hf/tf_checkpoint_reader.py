@@ -12,6 +12,8 @@ import struct
 
 import numpy as np
 
+from .user_errors import UserInputError
+
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48
 BLOCK_TRAILER_SIZE = 5  # 1 byte compression type + 4 bytes crc
@@ -55,7 +57,7 @@ def _protobuf_fields(buffer):
 def _block_entries(data, offset, size, source):
     """The (key, value) entries of the table block at `offset` (LevelDB block format, restarts ignored)."""
     if data[offset + size] != 0:
-        raise ValueError(f"{source}: compressed index blocks are not supported (type {data[offset + size]})")
+        raise UserInputError(f"{source}: compressed index blocks are not supported (type {data[offset + size]})")
     block = data[offset : offset + size]
     num_restarts = struct.unpack_from("<I", block, len(block) - 4)[0]
     end = len(block) - 4 * (num_restarts + 1)
@@ -75,11 +77,11 @@ def read_tf_checkpoint_index(prefix):
     """{variable name: (dtype, shape, shard_id, offset, size)} from `prefix + '.index'`."""
     source = prefix + ".index"
     if not os.path.isfile(source):
-        raise ValueError(f"{source}: no such file (give the checkpoint prefix, e.g. model.ckpt-60)")
+        raise UserInputError(f"{source}: no such file (give the checkpoint prefix, e.g. model.ckpt-60)")
     with open(source, "rb") as index_file:
         data = index_file.read()
     if len(data) < FOOTER_SIZE or struct.unpack_from("<Q", data, len(data) - 8)[0] != TABLE_MAGIC:
-        raise ValueError(f"{source}: not a TensorFlow checkpoint index (bad table magic)")
+        raise UserInputError(f"{source}: not a TensorFlow checkpoint index (bad table magic)")
     footer = data[len(data) - FOOTER_SIZE :]
     _, position = _varint(footer, 0)  # metaindex handle: offset...
     _, position = _varint(footer, position)  # ...and size (unused: no filter blocks)
@@ -94,10 +96,10 @@ def read_tf_checkpoint_index(prefix):
                 continue  # BundleHeaderProto: shard count and endianness (checked on read)
             entry = _protobuf_fields(value)
             if 7 in entry:
-                raise ValueError(f"{source}: variable {key.decode()} is stored in slices, which is not supported")
+                raise UserInputError(f"{source}: variable {key.decode()} is stored in slices, which is not supported")
             dtype = entry.get(1, [0])[0]
             if dtype not in TF_DTYPES:
-                raise ValueError(f"{source}: variable {key.decode()} has unsupported TensorFlow dtype enum {dtype}")
+                raise UserInputError(f"{source}: variable {key.decode()} has unsupported TensorFlow dtype enum {dtype}")
             shape_fields = _protobuf_fields(entry[2][0]) if 2 in entry else {}
             shape = tuple(_protobuf_fields(dim).get(1, [0])[0] for dim in shape_fields.get(2, []))
             variables[key.decode("utf-8")] = (
@@ -120,12 +122,12 @@ def read_tf_checkpoint(prefix):
             num_shards = 1 + max(shard for _, _, shard, _, _ in variables.values())
             path = f"{prefix}.data-{shard_id:05d}-of-{num_shards:05d}"
             if not os.path.isfile(path):
-                raise ValueError(f"{path}: checkpoint data shard is missing")
+                raise UserInputError(f"{path}: checkpoint data shard is missing")
             with open(path, "rb") as shard_file:
                 shards[shard_id] = shard_file.read()
         expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         if size != expected:
-            raise ValueError(f"{prefix}: variable {name} holds {size} bytes, expected {expected} for shape {shape}")
+            raise UserInputError(f"{prefix}: variable {name} holds {size} bytes, expected {expected} for shape {shape}")
         raw = shards[shard_id][offset : offset + size]
         arrays[name] = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape).copy()
     return arrays
