@@ -33,6 +33,7 @@ from .modeling_elmo import (
     ElmoScalarMix,
 )
 from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import ElmoPreTrainingCollator, ElmoWordVocabulary
 from .embedder import ElmoEmbedder, ElmoTokenCache  # noqa: E402  (after the model classes it uses)
 from .pipelines import ELMO_TOKEN_CLASSIFICATION_TASK, ElmoTokenClassificationPipeline
 
@@ -69,6 +70,8 @@ __all__ = [
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
     "ElmoTokenizer",
+    "ElmoWordVocabulary",
+    "ElmoPreTrainingCollator",
     "ElmoForPreTraining",
     "ElmoForPreTrainingOutput",
     "ElmoEmbedder",

@@ -29,7 +29,7 @@ import sys
 import torch
 from tqdm import tqdm
 
-from elmo_hf import DEFAULT_MODEL, ElmoConfig, ElmoForPreTraining, ElmoTokenizer
+from elmo_hf import DEFAULT_MODEL, ElmoConfig, ElmoForPreTraining, ElmoTokenizer, ElmoWordVocabulary
 
 PROTOCOLS = ("bilm-tf", "stateless")
 
@@ -112,7 +112,7 @@ def _direction_log_probs(model, input_ids, lstm_states, direction):
     return model.lm_head(states).log_softmax(-1), output.lstm_states
 
 
-def evaluate_bilm_tf(model, tokenizer, sentences, batch_size, progress=None):
+def evaluate_bilm_tf(model, tokenizer, vocabulary, sentences, batch_size, progress=None):
     """bilm-tf's stateful streaming protocol (see the module docstring)."""
     schedule, batches = bilm_tf_schedule([len(words) for words in sentences], batch_size)
     if batches == 0:
@@ -146,7 +146,7 @@ def evaluate_bilm_tf(model, tokenizer, sentences, batch_size, progress=None):
             next_states.append(call_states)
             for row, row_targets in enumerate(targets):
                 if row_targets:
-                    ids = torch.tensor([tokenizer.word_to_label(word) for word in row_targets])
+                    ids = torch.tensor([vocabulary.word_to_id(word) for word in row_targets])
                     totals.add(direction, log_probs[row, : len(ids)], ids)
         # Each direction's state comes from the call that fed that direction its own stream.
         states = tuple(
@@ -158,7 +158,7 @@ def evaluate_bilm_tf(model, tokenizer, sentences, batch_size, progress=None):
     return totals.result("bilm-tf")
 
 
-def evaluate_stateless(model, tokenizer, sentences, batch_size, progress=None):
+def evaluate_stateless(model, tokenizer, vocabulary, sentences, batch_size, progress=None):
     """Every sentence alone from a zero state; batches of `batch_size` sentences."""
     totals = _Totals()
     for start in range(0, len(sentences), batch_size):
@@ -167,7 +167,7 @@ def evaluate_stateless(model, tokenizer, sentences, batch_size, progress=None):
         forward_log_probs, _ = _direction_log_probs(model, input_ids, None, 0)
         backward_log_probs, _ = _direction_log_probs(model, input_ids, None, 1)
         for row, words in enumerate(chunk):
-            ids = torch.tensor([tokenizer.word_to_label(word) for word in words])
+            ids = torch.tensor([vocabulary.word_to_id(word) for word in words])
             totals.add(0, forward_log_probs[row, : len(ids) - 1], ids[1:])
             totals.add(1, backward_log_probs[row, 1 : len(ids)], ids[:-1])
         if progress is not None:
@@ -175,8 +175,11 @@ def evaluate_stateless(model, tokenizer, sentences, batch_size, progress=None):
     return totals.result("stateless")
 
 
-def evaluate_perplexity(model, tokenizer, sentences, protocol="bilm-tf", batch_size=1, show_progress=False):
-    """{"protocol", "forward_perplexity", "backward_perplexity", "perplexity", "targets_per_direction"}."""
+def evaluate_perplexity(
+    model, tokenizer, vocabulary, sentences, protocol="bilm-tf", batch_size=1, show_progress=False
+):
+    """{"protocol", "forward_perplexity", "backward_perplexity", "perplexity", "targets_per_direction"}: the
+    characters of `sentences` (lists of words) from `tokenizer`, their targets from `vocabulary`."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -189,7 +192,7 @@ def evaluate_perplexity(model, tokenizer, sentences, protocol="bilm-tf", batch_s
         disable=not show_progress,
         file=sys.stderr,
     ) as progress:
-        return evaluate(model.eval(), tokenizer, sentences, batch_size, progress)
+        return evaluate(model.eval(), tokenizer, vocabulary, sentences, batch_size, progress)
 
 
 def load(model_dir):
@@ -199,10 +202,8 @@ def load(model_dir):
             f"{model_dir} has no softmax (vocab_size 0): perplexity needs a language model, e.g. one converted "
             "with --tf-checkpoint from a bilm-tf training checkpoint"
         )
-    tokenizer = ElmoTokenizer.from_pretrained(model_dir)
-    if tokenizer.word_vocab is None:
-        raise ValueError(f"{model_dir} has no vocab.txt: the targets need the word vocabulary")
-    return ElmoForPreTraining.from_pretrained(model_dir), tokenizer
+    tokenizer, vocabulary = ElmoTokenizer.from_pretrained(model_dir), ElmoWordVocabulary.from_pretrained(model_dir)
+    return ElmoForPreTraining.from_pretrained(model_dir), tokenizer, vocabulary
 
 
 def main(argv=None):
@@ -217,8 +218,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         sentences = read_sentences(args.text)
-        model, tokenizer = load(args.model)
-        result = evaluate_perplexity(model, tokenizer, sentences, args.protocol, args.batch_size, show_progress=True)
+        model, tokenizer, vocabulary = load(args.model)
+        result = evaluate_perplexity(
+            model, tokenizer, vocabulary, sentences, args.protocol, args.batch_size, show_progress=True
+        )
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     if args.json:
