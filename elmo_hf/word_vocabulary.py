@@ -38,11 +38,11 @@ class ElmoWordVocabulary:
             raise ValueError(
                 f"{source}: a bilm-tf vocabulary must start with <S>, </S>, <UNK> (one per line), got {words[:3]}"
             )
-        self.word_to_id_table = {}
+        self._ids = {}
         for line, word in enumerate(words, start=1):
-            if word in self.word_to_id_table:
+            if word in self._ids:
                 raise ValueError(f"{source}: word {word!r} appears twice (again on line {line})")
-            self.word_to_id_table[word] = line - 1
+            self._ids[word] = line - 1
         self.words = words
 
     @classmethod
@@ -74,7 +74,7 @@ class ElmoWordVocabulary:
 
     def word_to_id(self, word):
         """The softmax row of `word`; `<UNK>`'s (2) for a word not in the vocabulary."""
-        return self.word_to_id_table.get(word, UNKNOWN_WORD_ID)
+        return self._ids.get(word, UNKNOWN_WORD_ID)
 
     def sentence_labels(self, words):
         """The targets of one sentence with its boundaries: `[<S>'s id, the words' ids..., </S>'s id]`."""
