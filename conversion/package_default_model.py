@@ -17,7 +17,7 @@ import os
 import torch
 from safetensors.torch import save_file
 
-from elmo_hf import ElmoForPreTraining, ElmoTokenizer
+from elmo_hf import ElmoForPreTraining, ElmoTokenizer, ElmoWordVocabulary
 from elmo_hf.perplexity import evaluate_perplexity, load_language_model, read_sentences
 from elmo_hf.user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error
 
@@ -34,12 +34,9 @@ def package(checkpoint, output_dir, storage_dtype="float16"):
     try:
         model = ElmoForPreTraining.from_pretrained(checkpoint, dtype=torch.float32)
         tokenizer = ElmoTokenizer.from_pretrained(checkpoint)
+        vocabulary = ElmoWordVocabulary.from_pretrained(checkpoint)  # vocab.txt, needed for perplexity
     except (OSError, ValueError) as error:  # no such folder, unreadable or contradictory files
         raise unloadable_model_error(checkpoint, error) from None
-    if tokenizer.word_vocab is None:
-        raise UserInputError(
-            f"{checkpoint}: the tokenizer has no word vocabulary (vocab.txt), needed for perplexity"
-        )
     os.makedirs(output_dir, exist_ok=True)
     weights = {
         name: tensor.detach().to(STORAGE_DTYPES[storage_dtype]).contiguous()
@@ -57,6 +54,7 @@ def package(checkpoint, output_dir, storage_dtype="float16"):
         out.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
     tokenizer.save_pretrained(output_dir)
+    vocabulary.save_pretrained(output_dir)
     tokenizer_config_path = os.path.join(output_dir, "tokenizer_config.json")
     with open(tokenizer_config_path, encoding="utf-8") as source:
         tokenizer_config = json.load(source)
@@ -73,12 +71,12 @@ def package(checkpoint, output_dir, storage_dtype="float16"):
 def stateless_perplexities(model_dir, texts, test_subset=None, batch_size=64):
     """{name: evaluate_perplexity's result} for each `name: path` of `texts`, stateless protocol; with
     `test_subset`, also "test_subset": the first `test_subset` sentences of texts["test"] (what CI re-checks)."""
-    model, tokenizer = load_language_model(model_dir)
+    model, tokenizer, vocabulary = load_language_model(model_dir)
     sentences = {name: read_sentences(path) for name, path in texts.items()}
     if test_subset:
         sentences["test_subset"] = sentences["test"][:test_subset]
     return {
-        name: evaluate_perplexity(model, tokenizer, text, "stateless", batch_size, show_progress=True)
+        name: evaluate_perplexity(model, tokenizer, vocabulary, text, "stateless", batch_size, show_progress=True)
         for name, text in sentences.items()
     }
 

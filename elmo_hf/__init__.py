@@ -33,8 +33,9 @@ from .modeling_elmo import (
     ElmoScalarMix,
 )
 from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import ElmoPreTrainingCollator, ElmoWordVocabulary
 from .embedder import ElmoEmbedder, ElmoTokenCache  # noqa: E402  (after the model classes it uses)
-from .pipelines import ElmoTokenClassificationPipeline
+from .pipelines import ELMO_TOKEN_CLASSIFICATION_TASK, ElmoTokenClassificationPipeline
 
 __version__ = "0.1.0"
 
@@ -52,10 +53,15 @@ AutoModelForSequenceClassification.register(ElmoConfig, ElmoForSequenceClassific
 ElmoForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 ElmoForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 
-# pipeline("token-classification") (alias "ner") gets a subclass that reads ElmoTokenizer's word-level input and is
-# the stock pipeline for every other tokenizer. Only the class is swapped: the task's default model, model classes
-# and type stay (register_pipeline would also log an "Overwriting" warning at every import).
-PIPELINE_REGISTRY.supported_tasks["token-classification"]["impl"] = ElmoTokenClassificationPipeline
+# Our own task name for the ELMo tagging pipeline: pipeline("elmo-token-classification", model=...), or
+# pipeline("token-classification", model=..., pipeline_class=ElmoTokenClassificationPipeline). The stock
+# "token-classification" task is left as transformers defines it, for every other model in the process.
+PIPELINE_REGISTRY.register_pipeline(
+    ELMO_TOKEN_CLASSIFICATION_TASK,
+    pipeline_class=ElmoTokenClassificationPipeline,
+    pt_model=AutoModelForTokenClassification,
+    type="text",
+)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -64,6 +70,8 @@ __all__ = [
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
     "ElmoTokenizer",
+    "ElmoWordVocabulary",
+    "ElmoPreTrainingCollator",
     "ElmoForPreTraining",
     "ElmoForPreTrainingOutput",
     "ElmoEmbedder",
@@ -72,4 +80,5 @@ __all__ = [
     "ElmoForTokenClassification",
     "ElmoForSequenceClassification",
     "ElmoTokenClassificationPipeline",
+    "ELMO_TOKEN_CLASSIFICATION_TASK",
 ]

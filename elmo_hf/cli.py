@@ -213,8 +213,10 @@ def convert(args):
 
 def perplexity(args):
     sentences = read_sentences(args.text)
-    model, tokenizer = load_language_model(args.model)
-    result = evaluate_perplexity(model, tokenizer, sentences, args.protocol, args.batch_size, show_progress=True)
+    model, tokenizer, vocabulary = load_language_model(args.model)
+    result = evaluate_perplexity(
+        model, tokenizer, vocabulary, sentences, args.protocol, args.batch_size, show_progress=True
+    )
     if args.json:
         print(json.dumps(result))
     else:

@@ -2,9 +2,8 @@
 
 from transformers import PreTrainedConfig
 
-# The character-id scheme (see tokenization_elmo.py) uses ids 0..261: 0 is padding, 1..256 are
-# the bytes, 257..261 the five marker characters (begin/end of sentence, begin/end of word, pad).
-ELMO_NUM_CHARACTERS = 262
+from .char_ids import NUM_CHARACTER_IDS
+
 SUPPORTED_ACTIVATIONS = ("relu", "tanh")
 
 # The published "original" ELMo (5.5B has the same shape), as in its options.json.
@@ -70,7 +69,7 @@ class ElmoConfig(PreTrainedConfig):
         filters=None,
         num_highway_layers=2,
         activation="relu",
-        num_characters=ELMO_NUM_CHARACTERS,
+        num_characters=NUM_CHARACTER_IDS,
         max_characters_per_token=50,
         lstm_dim=4096,
         projection_dim=512,
@@ -138,10 +137,10 @@ class ElmoConfig(PreTrainedConfig):
             raise ElmoConfigFieldError(
                 "activation", f"activation must be one of {SUPPORTED_ACTIVATIONS}, got {self.activation!r}"
             )
-        if self.num_characters != ELMO_NUM_CHARACTERS:
+        if self.num_characters != NUM_CHARACTER_IDS:
             raise ElmoConfigFieldError(
                 "num_characters",
-                f"num_characters must be {ELMO_NUM_CHARACTERS} (fixed by the character-id scheme), "
+                f"num_characters must be {NUM_CHARACTER_IDS} (fixed by the character-id scheme), "
                 f"got {self.num_characters!r}",
             )
         self.max_characters_per_token = _positive_int("max_characters_per_token", self.max_characters_per_token)

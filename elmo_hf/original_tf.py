@@ -22,11 +22,13 @@ import numpy as np
 import torch
 
 from . import __version__
-from .configuration_elmo import ELMO_NUM_CHARACTERS, ElmoConfig, ElmoConfigFieldError
+from .char_ids import NUM_CHARACTER_IDS
+from .configuration_elmo import ElmoConfig, ElmoConfigFieldError
 from .model_card import CONVERSION_REPORT_NAME, write_model_card
 from .modeling_elmo import ElmoForPreTraining, ElmoModel
 from .tf_checkpoint_reader import read_tf_checkpoint
 from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import ElmoWordVocabulary
 from .user_errors import UserInputError, unreadable_file_error
 
 VERIFY_SENTENCES = [
@@ -76,9 +78,9 @@ def config_from_options(options, **overrides):
     char_cnn = _section(options, "char_cnn")
     lstm = _section(options, "lstm")
     n_characters = _required(char_cnn, "char_cnn", "n_characters")
-    if n_characters == ELMO_NUM_CHARACTERS - 1:
-        n_characters = ELMO_NUM_CHARACTERS  # training options count 261 characters (no padding row), inference 262
-    elif n_characters != ELMO_NUM_CHARACTERS:
+    if n_characters == NUM_CHARACTER_IDS - 1:
+        n_characters = NUM_CHARACTER_IDS  # training options count 261 characters (no padding row), inference 262
+    elif n_characters != NUM_CHARACTER_IDS:
         raise UserInputError(f"options 'char_cnn.n_characters' must be 261 or 262, got {n_characters!r}")
     fields = dict(
         char_embedding_dim=_required(_section(char_cnn, "embedding", "char_cnn."), "char_cnn.embedding", "dim"),
@@ -481,7 +483,7 @@ def convert_tf_checkpoint(checkpoint_prefix, options_path, vocab_path=None, outp
     options = _read_options_file(options_path)
     arrays = read_tf_checkpoint(str(checkpoint_prefix))
     bilm_arrays, softmax = split_checkpoint_arrays(arrays, str(checkpoint_prefix))
-    config_fields = {}
+    config_fields, vocabulary = {}, None
     if softmax:
         vocab_size = softmax["lm_head.weight"].shape[0]
         if vocab_path is None:
@@ -490,10 +492,10 @@ def convert_tf_checkpoint(checkpoint_prefix, options_path, vocab_path=None, outp
             )
         if not os.path.isfile(vocab_path):
             raise UserInputError(f"{vocab_path}: no such file; expected bilm-tf's vocab.txt, one word per line")
-        tokenizer_vocab = len(ElmoTokenizer(vocab_file=vocab_path).word_vocab)
-        if tokenizer_vocab != vocab_size:
+        vocabulary = ElmoWordVocabulary.from_file(vocab_path)
+        if len(vocabulary) != vocab_size:
             raise UserInputError(
-                f"{vocab_path}: has {tokenizer_vocab} words, but the checkpoint's softmax has {vocab_size}"
+                f"{vocab_path}: has {len(vocabulary)} words, but the checkpoint's softmax has {vocab_size}"
             )
         config_fields = dict(vocab_size=vocab_size, num_sampled_negatives=options.get("n_negative_samples_batch", 0))
     else:
@@ -507,9 +509,7 @@ def convert_tf_checkpoint(checkpoint_prefix, options_path, vocab_path=None, outp
         raise UserInputError(f"{options_path}: {error}") from None
     state_dict = convert_weights(bilm_arrays, config, hdf5_key_table(config), source_name=str(checkpoint_prefix))
     elmo = build_model(config, state_dict)
-    tokenizer = ElmoTokenizer(
-        max_characters_per_token=config.max_characters_per_token, vocab_file=vocab_path if softmax else None
-    )
+    tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     max_difference = verify_against_reference(elmo, bilm_arrays, config, tokenizer)
     model = elmo
     if softmax:
@@ -528,4 +528,6 @@ def convert_tf_checkpoint(checkpoint_prefix, options_path, vocab_path=None, outp
     }
     if output_dir is not None:
         save(model, tokenizer, output_dir, report)
+        if vocabulary is not None:
+            vocabulary.save_pretrained(output_dir)  # vocab.txt: the language model's targets
     return model, tokenizer, report

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import ElmoForPreTraining
 from .tokenization_elmo import ElmoTokenizer
+from .word_vocabulary import ElmoWordVocabulary, find_vocab_file
 from .user_errors import UserInputError, unloadable_model_error, unreadable_file_error
 
 PROTOCOLS = ("bilm-tf", "stateless")
@@ -112,7 +113,7 @@ def _direction_log_probs(model, input_ids, lstm_states, direction):
     return model.lm_head(states).log_softmax(-1), output.lstm_states
 
 
-def evaluate_bilm_tf(model, tokenizer, sentences, batch_size, progress=None):
+def evaluate_bilm_tf(model, tokenizer, vocabulary, sentences, batch_size, progress=None):
     """bilm-tf's stateful streaming protocol (see the module docstring)."""
     schedule, batches = bilm_tf_schedule([len(words) for words in sentences], batch_size)
     if batches == 0:
@@ -146,7 +147,7 @@ def evaluate_bilm_tf(model, tokenizer, sentences, batch_size, progress=None):
             next_states.append(call_states)
             for row, row_targets in enumerate(targets):
                 if row_targets:
-                    ids = torch.tensor([tokenizer.word_to_label(word) for word in row_targets])
+                    ids = torch.tensor([vocabulary.word_to_id(word) for word in row_targets])
                     totals.add(direction, log_probs[row, : len(ids)], ids)
         # Each direction's state comes from the call that fed that direction its own stream.
         states = tuple(
@@ -158,7 +159,7 @@ def evaluate_bilm_tf(model, tokenizer, sentences, batch_size, progress=None):
     return totals.result("bilm-tf")
 
 
-def evaluate_stateless(model, tokenizer, sentences, batch_size, progress=None):
+def evaluate_stateless(model, tokenizer, vocabulary, sentences, batch_size, progress=None):
     """Every sentence alone from a zero state; batches of `batch_size` sentences."""
     totals = _Totals()
     for start in range(0, len(sentences), batch_size):
@@ -167,7 +168,7 @@ def evaluate_stateless(model, tokenizer, sentences, batch_size, progress=None):
         forward_log_probs, _ = _direction_log_probs(model, input_ids, None, 0)
         backward_log_probs, _ = _direction_log_probs(model, input_ids, None, 1)
         for row, words in enumerate(chunk):
-            ids = torch.tensor([tokenizer.word_to_label(word) for word in words])
+            ids = torch.tensor([vocabulary.word_to_id(word) for word in words])
             totals.add(0, forward_log_probs[row, : len(ids) - 1], ids[1:])
             totals.add(1, backward_log_probs[row, 1 : len(ids)], ids[:-1])
         if progress is not None:
@@ -175,8 +176,12 @@ def evaluate_stateless(model, tokenizer, sentences, batch_size, progress=None):
     return totals.result("stateless")
 
 
-def evaluate_perplexity(model, tokenizer, sentences, protocol="bilm-tf", batch_size=1, show_progress=False):
-    """{"protocol", "forward_perplexity", "backward_perplexity", "perplexity", "targets_per_direction"}."""
+def evaluate_perplexity(
+    model, tokenizer, vocabulary, sentences, protocol="bilm-tf", batch_size=1, show_progress=False
+):
+    """{"protocol", "forward_perplexity", "backward_perplexity", "perplexity", "targets_per_direction"}: the
+    characters of `sentences` (lists of words) from `tokenizer`, their targets from `vocabulary`
+    ([`ElmoWordVocabulary`])."""
     if protocol not in PROTOCOLS:
         raise UserInputError(f"--protocol: protocol must be one of {PROTOCOLS}, got {protocol!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -189,14 +194,15 @@ def evaluate_perplexity(model, tokenizer, sentences, protocol="bilm-tf", batch_s
         disable=not show_progress,
         file=sys.stderr,
     ) as progress:
-        return evaluate(model.eval(), tokenizer, sentences, batch_size, progress)
+        return evaluate(model.eval(), tokenizer, vocabulary, sentences, batch_size, progress)
 
 
 def load_language_model(model_dir):
-    """(ElmoForPreTraining, its tokenizer with the word vocabulary) from a checkpoint folder or Hub name."""
+    """(ElmoForPreTraining, its tokenizer, its word vocabulary) from a checkpoint folder or Hub name."""
     try:
         config = ElmoConfig.from_pretrained(model_dir)
         tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+        vocabulary_file = find_vocab_file(model_dir)
         model = ElmoForPreTraining.from_pretrained(model_dir) if config.vocab_size else None
     except (OSError, ValueError) as error:  # no such model, unreadable or contradictory files
         raise unloadable_model_error(model_dir, error) from None
@@ -205,6 +211,6 @@ def load_language_model(model_dir):
             f"{model_dir}: has no softmax (vocab_size 0); perplexity needs a language model, e.g. one converted "
             "with --tf-checkpoint from a bilm-tf training checkpoint"
         )
-    if tokenizer.word_vocab is None:
+    if vocabulary_file is None:
         raise UserInputError(f"{model_dir}: has no vocab.txt; the targets need the word vocabulary")
-    return model, tokenizer
+    return model, tokenizer, ElmoWordVocabulary.from_file(vocabulary_file)

@@ -1,17 +1,21 @@
-"""`pipeline("token-classification")` for ELMo: one tag per word, character offsets into the raw text."""
+"""The token-classification pipeline for ELMo: one tag per word, character offsets into the raw text."""
 
 import torch
 from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
 
 from .tokenization_elmo import ElmoTokenizer
 
+# The task name `import elmo_hf` registers for this pipeline; the stock "token-classification" task stays untouched.
+ELMO_TOKEN_CLASSIFICATION_TASK = "elmo-token-classification"
+
 
 class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
     r"""
     The token-classification pipeline, taught [`ElmoTokenizer`]'s input: `input_ids` of shape
     `(batch, words, max_characters_per_token)`, one "token" per whole word. With any other tokenizer it behaves
-    exactly as transformers' `TokenClassificationPipeline`; importing `elmo_hf` registers it for the
-    "token-classification" (alias "ner") task.
+    exactly as transformers' `TokenClassificationPipeline`. Importing `elmo_hf` registers it as the task
+    "elmo-token-classification"; `pipeline("token-classification", pipeline_class=ElmoTokenClassificationPipeline)`
+    gives it too. The stock "token-classification" task is left alone.
 
     With an [`ElmoTokenizer`]:
         - every word gets one tag, so `aggregation_strategy="simple"` never splits a word; "first", "average"
@@ -93,4 +97,4 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         return [entity for entity in entities if entity.get("entity", entity.get("entity_group")) not in ignore_labels]
 
 
-__all__ = ["ElmoTokenClassificationPipeline"]
+__all__ = ["ELMO_TOKEN_CLASSIFICATION_TASK", "ElmoTokenClassificationPipeline"]

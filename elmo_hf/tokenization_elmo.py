@@ -1,21 +1,13 @@
 """ELMo's character-level tokenizer: words in, bilm-tf's exact character ids out."""
 
-import functools
-import os
 import re
 from collections.abc import Mapping
 
 from tokenizers import Regex, pre_tokenizers
 from transformers.tokenization_utils_base import BatchEncoding, PreTrainedTokenizerBase
-from transformers.utils import PaddingStrategy, TensorType, to_py_obj
+from transformers.utils import PaddingStrategy, to_py_obj
 
-# bilm-tf's character vocabulary: the 256 byte values, then five markers. Every id is shifted by +1
-# on output so that 0 can mean "no character / no word".
-BEGIN_OF_SENTENCE_CHAR = 256
-END_OF_SENTENCE_CHAR = 257
-BEGIN_OF_WORD_CHAR = 258
-END_OF_WORD_CHAR = 259
-PADDING_CHAR = 260
+from .char_ids import CHARACTER_ID_NAMES, NUM_CHARACTER_IDS, char_ids_to_word, word_to_char_ids
 
 # Raw text is split on whitespace, then punctuation is split off the words ("end." -> "end", ".")
 # while word-internal punctuation stays ("U.S", "don't", "state-of-the-art").
@@ -23,28 +15,6 @@ _WORD_PATTERN = r"\w+(?:[-'’.]\w+)*|[^\w\s]"
 # Lone surrogates have no UTF-8 encoding: they are dropped from raw text before splitting, as bilm-tf drops
 # them from each word's bytes.
 _SURROGATES = re.compile("[\ud800-\udfff]")
-
-# A bilm-tf word vocabulary (vocab.txt) starts with these three entries, in this order.
-WORD_VOCAB_HEAD = ("<S>", "</S>", "<UNK>")
-
-
-@functools.lru_cache(maxsize=200_000)
-def word_to_char_ids(word, max_characters_per_token=50, bos_token="<S>", eos_token="</S>"):
-    """The `max_characters_per_token` character ids bilm-tf gives `word`, shifted by +1 (0 is padding).
-
-    The word's UTF-8 bytes (undecodable characters such as lone surrogates dropped) are truncated to
-    `max_characters_per_token - 2` bytes and wrapped in begin/end-of-word markers. The sentence
-    boundaries `bos_token`/`eos_token` are encoded as the begin/end-of-sentence markers.
-    """
-    if word == bos_token:
-        body = [BEGIN_OF_SENTENCE_CHAR]
-    elif word == eos_token:
-        body = [END_OF_SENTENCE_CHAR]
-    else:
-        body = list(word.encode("utf-8", "ignore")[: max_characters_per_token - 2])
-    char_ids = [BEGIN_OF_WORD_CHAR, *body, END_OF_WORD_CHAR]
-    char_ids += [PADDING_CHAR] * (max_characters_per_token - len(char_ids))
-    return tuple(char_id + 1 for char_id in char_ids)
 
 
 class ElmoBatchEncoding(BatchEncoding):
@@ -63,8 +33,13 @@ class ElmoBatchEncoding(BatchEncoding):
 
 class ElmoTokenizer(PreTrainedTokenizerBase):
     r"""
-    Turns sentences into ELMo's character ids, exactly as bilm-tf's `Batcher` does. There is no word
-    vocabulary: any word can be encoded.
+    Turns sentences into ELMo's character ids, exactly as bilm-tf's `Batcher` does (the scheme itself is in
+    `elmo_hf.char_ids`). There is no word vocabulary: any word is encoded from its UTF-8 bytes.
+
+    `vocab_size` and `get_vocab()` describe the character ids that fill `input_ids` (0..261), the only finite
+    vocabulary ELMo's input has; a "token" for `tokenize`/`convert_tokens_to_ids` is a whole word, whose "id" is a
+    row of such character ids. The language model's word vocabulary (`vocab.txt`, the targets of
+    [`ElmoForPreTraining`]) is [`ElmoWordVocabulary`], not part of the tokenizer.
 
     Args:
         max_characters_per_token (int, defaults to 50): character ids per word, markers included. Longer
@@ -72,24 +47,17 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         bos_token (str, defaults to "<S>"), eos_token (str, defaults to "</S>"): the sentence boundaries
             added by `add_special_tokens=True`; a word equal to one of them gets the boundary's ids.
         pad_token (str, defaults to "<pad>"): the name of a padding word, whose character ids are all 0.
-        vocab_file (str, optional): a bilm-tf word vocabulary (`vocab.txt`: `<S>`, `</S>`, `<UNK>`, then one word per
-            line, most frequent first), needed only for language-model targets (`return_word_labels=True`). The
-            input never depends on it: every word is still encoded from its characters.
         max_words (int or None, defaults to None): the most words a sentence may have (boundaries excluded,
             after any truncation); a longer sentence raises a ValueError before anything is encoded. None: no limit.
 
     Returns from `__call__` (per sentence, W = words, boundaries included):
         input_ids: (W, max_characters_per_token) ints, 0 = padding word.
         attention_mask: (W,), 1 for real words and boundaries, 0 for padding.
-        labels (with `return_word_labels=True`, needs `vocab_file`): (W,), the word-vocabulary id of each word
-            (`<UNK>`'s for unknown words, `<S>`'s and `</S>`'s at the boundaries), -100 for padding: the
-            `labels` of [`ElmoForPreTraining`].
     """
 
-    vocab_files_names = {"vocab_file": "vocab.txt"}
-
     model_input_names = ["input_ids", "attention_mask"]
-    # Padding value of every per-word field `pad` knows; `input_ids` pads with a word of zeros.
+    # Padding value of every per-word field `pad` knows; `input_ids` pads with a word of zeros. `labels` are padded
+    # only when they hold one entry per word (token tags, language-model targets); a sentence's label passes through.
     word_level_padding_values = {
         "attention_mask": 0,
         "special_tokens_mask": 1,
@@ -104,10 +72,14 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         bos_token="<S>",
         eos_token="</S>",
         pad_token="<pad>",
-        vocab_file=None,
         max_words=None,
         **kwargs,
     ):
+        if "vocab_file" in kwargs:
+            raise ValueError(
+                "ElmoTokenizer has no word vocabulary (vocab_file): load the language model's vocab.txt with "
+                "elmo_hf.ElmoWordVocabulary.from_file or .from_pretrained"
+            )
         if max_words is not None and (isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 1):
             raise ValueError(f"max_words must be a positive int or None, got {max_words!r}")
         self.max_words = max_words
@@ -116,8 +88,6 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if max_characters_per_token < 3:
             raise ValueError(f"max_characters_per_token must be at least 3, got {max_characters_per_token!r}")
         self.max_characters_per_token = max_characters_per_token
-        self.vocab_file = vocab_file
-        self.word_vocab = read_word_vocab(vocab_file) if vocab_file is not None else None
         self._pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(_WORD_PATTERN), behavior="isolated")]
         )
@@ -140,18 +110,18 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """A padding word is a row of zeros: its character id is 0."""
         return 0
 
-    # ---- vocabulary-like API: a "token" is a word, its "id" is its row of character ids ----
+    # ---- vocabulary: the character ids; a "token" is a word, its "id" a row of character ids ----
     @property
     def vocab_size(self):
-        """Size of the character vocabulary (ids 0..261)."""
-        return 262
+        """Number of distinct character ids in `input_ids` (0 = no character, the 256 bytes, 5 markers)."""
+        return NUM_CHARACTER_IDS
 
     def __len__(self):
         return self.vocab_size
 
     def get_vocab(self):
-        """ELMo has no word vocabulary: every word is encoded from its characters."""
-        return {}
+        """The character ids by name (`<0x41>` for the byte of "A", `<bow_char>` for the begin-of-word marker)."""
+        return {name: char_id for char_id, name in enumerate(CHARACTER_ID_NAMES)}
 
     @property
     def added_tokens_decoder(self):
@@ -162,27 +132,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return {}
 
     def save_vocabulary(self, save_directory, filename_prefix=None):
-        """Writes the word vocabulary (when there is one) as `vocab.txt`, in bilm-tf's format."""
-        if self.word_vocab is None:
-            return ()
-        path = os.path.join(save_directory, (filename_prefix + "-" if filename_prefix else "") + "vocab.txt")
-        with open(path, "w", encoding="utf-8") as vocab:
-            vocab.write("".join(word + "\n" for word in self.word_vocab))
-        return (path,)
-
-    def word_to_label(self, word):
-        """The word-vocabulary id of `word` (`<UNK>`'s when unknown); the boundaries map to `<S>`/`</S>`."""
-        if self.word_vocab is None:
-            raise ValueError("this ElmoTokenizer has no word vocabulary: load it with vocab_file=vocab.txt")
-        if word == self.bos_token:
-            word = WORD_VOCAB_HEAD[0]
-        elif word == self.eos_token:
-            word = WORD_VOCAB_HEAD[1]
-        return self._word_to_label.get(word, 2)  # 2 is <UNK>
-
-    @functools.cached_property
-    def _word_to_label(self):
-        return {word: index for index, word in enumerate(self.word_vocab)}
+        """Nothing to write: the character ids are fixed, and the settings go to `tokenizer_config.json`."""
+        return ()
 
     def tokenize(self, text, **kwargs):
         """Split raw text into words, as `__call__` does for strings."""
@@ -198,8 +149,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """The word(s) behind one row of character ids, or behind a list of rows."""
         ids = to_py_obj(ids)
         if ids and isinstance(ids[0], int):
-            return self._char_ids_to_word(ids)
-        words = [self._char_ids_to_word(row) for row in ids if any(row)]
+            return char_ids_to_word(ids, self.bos_token, self.eos_token)
+        words = [char_ids_to_word(row, self.bos_token, self.eos_token) for row in ids if any(row)]
         if skip_special_tokens:
             words = [word for word in words if word not in (self.bos_token, self.eos_token)]
         return words
@@ -212,14 +163,6 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
 
     def _word_to_char_ids(self, word):
         return word_to_char_ids(word, self.max_characters_per_token, self.bos_token, self.eos_token)
-
-    def _char_ids_to_word(self, char_ids):
-        chars = [char_id - 1 for char_id in char_ids if char_id > 0]
-        if BEGIN_OF_SENTENCE_CHAR in chars:
-            return self.bos_token
-        if END_OF_SENTENCE_CHAR in chars:
-            return self.eos_token
-        return bytes(c for c in chars if c < 256).decode("utf-8", "replace")
 
     # ---- encoding ----
     def __call__(self, text=None, *args, **kwargs):
@@ -247,11 +190,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return_offsets_mapping=False,
         return_length=False,
         verbose=True,
-        return_word_labels=False,
         **kwargs,
     ):
-        if return_word_labels and self.word_vocab is None:
-            raise ValueError("return_word_labels=True needs a word vocabulary: load the tokenizer with vocab_file")
         if text_pair is not None:
             raise ValueError("ElmoTokenizer encodes single sentences; text_pair is not supported")
         if return_overflowing_tokens:
@@ -266,7 +206,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         limit = None if self.max_words is None or (keep is not None and keep <= self.max_words) else self.max_words
         sentences, is_batched = self._split_batch(text, is_split_into_words, limit)
 
-        encoded = {"input_ids": [], "attention_mask": [], "offset_mapping": [], "special_tokens_mask": [], "labels": []}
+        encoded = {"input_ids": [], "attention_mask": [], "offset_mapping": [], "special_tokens_mask": []}
         all_word_ids = []
         for words, offsets in sentences:
             word_ids = list(range(len(words)))
@@ -283,8 +223,6 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             encoded["attention_mask"].append([1] * len(words))
             encoded["offset_mapping"].append(offsets)
             encoded["special_tokens_mask"].append(special)
-            if return_word_labels:
-                encoded["labels"].append([self.word_to_label(word) for word in words])
             all_word_ids.append(word_ids)
 
         if return_attention_mask is False:
@@ -293,19 +231,13 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             del encoded["offset_mapping"]
         if not return_special_tokens_mask:
             del encoded["special_tokens_mask"]
-        if not return_word_labels:
-            del encoded["labels"]
         if return_token_type_ids:
             encoded["token_type_ids"] = [[0] * len(mask) for mask in encoded["input_ids"]]
 
-        if padding_strategy != PaddingStrategy.DO_NOT_PAD:
-            target_length = self._padded_length(encoded["input_ids"], padding_strategy, max_length, pad_to_multiple_of)
-            side = padding_side or self.padding_side
-            for index in range(len(all_word_ids)):
-                missing = target_length - len(all_word_ids[index])
-                all_word_ids[index] = _pad_list(all_word_ids[index], missing, None, side)
-                for key in encoded:
-                    encoded[key][index] = self._pad_field(key, encoded[key][index], missing, side)
+        # The word indices are padded with the other fields (with None), then kept aside for word_ids().
+        encoded["word_ids"] = all_word_ids
+        self._pad_batch(encoded, padding_strategy, max_length, pad_to_multiple_of, padding_side)
+        all_word_ids = encoded.pop("word_ids")
         if return_length:
             encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
 
@@ -388,7 +320,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             encoded_inputs = {key: [example[key] for example in encoded_inputs] for key in encoded_inputs[0]}
         if not isinstance(encoded_inputs, Mapping) or "input_ids" not in encoded_inputs:
             raise ValueError("pad() needs encodings that include input_ids")
-        encoded = {key: to_py_obj(value) for key, value in encoded_inputs.items()}
+        encoded = {key: _as_lists(value) for key, value in encoded_inputs.items()}
         if return_tensors is None:
             first = encoded_inputs["input_ids"]
             first = first[0] if isinstance(first, (list, tuple)) and first else first
@@ -406,60 +338,37 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         padding_strategy, _, max_length, _ = self._get_padding_truncation_strategies(
             padding=padding, max_length=max_length, verbose=verbose
         )
-        if padding_strategy != PaddingStrategy.DO_NOT_PAD:
-            target_length = self._padded_length(encoded["input_ids"], padding_strategy, max_length, pad_to_multiple_of)
-            side = padding_side or self.padding_side
-            lengths = [len(sentence) for sentence in encoded["input_ids"]]
-            for key, values in encoded.items():
-                if key == "input_ids" or key in self.word_level_padding_values:
-                    encoded[key] = [
-                        self._pad_field(key, value, target_length - words, side)
-                        if self._is_word_level(key, value, words)
-                        else value
-                        for value, words in zip(values, lengths)
-                    ]
+        self._pad_batch(encoded, padding_strategy, max_length, pad_to_multiple_of, padding_side)
         if not is_batched:
             encoded = {key: value[0] for key, value in encoded.items()}
         return ElmoBatchEncoding(encoded, tensor_type=return_tensors, prepend_batch_axis=False)
 
-    @staticmethod
-    def _padded_length(input_ids, padding_strategy, max_length, pad_to_multiple_of):
-        longest = max(len(sentence) for sentence in input_ids)
-        if padding_strategy == PaddingStrategy.LONGEST or max_length is None:
-            target = longest
-        else:
-            target = max(max_length, longest)
+    def _pad_batch(self, encoded, padding_strategy, max_length, pad_to_multiple_of, padding_side):
+        """Pads, in place, every per-word field of a batch (a dict of lists, one entry per sentence) to one number of
+        words: the longest sentence, or `max_length` for "max_length", rounded up to `pad_to_multiple_of`. The only
+        place where ElmoTokenizer pads."""
+        if padding_strategy == PaddingStrategy.DO_NOT_PAD:
+            return
+        lengths = [len(sentence) for sentence in encoded["input_ids"]]
+        target = max(lengths)
+        if padding_strategy == PaddingStrategy.MAX_LENGTH and max_length is not None:
+            target = max(max_length, target)
         if pad_to_multiple_of:
             target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
-        return target
-
-    def _is_word_level(self, key, value, words):
-        """Whether `value` holds one entry per word. `labels` are word ids only for a tokenizer with a word
-        vocabulary; classification heads' sentence labels pass through `pad` unchanged."""
-        if key == "labels" and self.word_vocab is None:
-            return False
-        return key == "input_ids" or (isinstance(value, (list, tuple)) and len(value) == words)
-
-    def _pad_field(self, key, value, missing, side):
-        if key == "input_ids":
-            return _pad_list(value, missing, [0] * self.max_characters_per_token, side)
-        return _pad_list(value, missing, self.word_level_padding_values.get(key, 0), side)
-
-
-def read_word_vocab(path):
-    """The words of a bilm-tf vocabulary file, checked: `<S>`, `</S>`, `<UNK>` first, no repeats."""
-    with open(path, encoding="utf-8") as vocab:
-        words = [line.strip() for line in vocab if line.strip()]
-    if tuple(words[:3]) != WORD_VOCAB_HEAD:
-        raise ValueError(
-            f"{path}: a bilm-tf vocabulary must start with <S>, </S>, <UNK> (one per line), got {words[:3]}"
-        )
-    seen = set()
-    for line, word in enumerate(words, start=1):
-        if word in seen:
-            raise ValueError(f"{path}: word {word!r} appears twice (again on line {line})")
-        seen.add(word)
-    return words
+        side = padding_side or self.padding_side
+        padding_values = {
+            **self.word_level_padding_values,
+            "input_ids": [0] * self.max_characters_per_token,
+            "word_ids": None,
+        }
+        for key, values in encoded.items():
+            if key in padding_values:
+                encoded[key] = [
+                    _pad_list(value, target - words, padding_values[key], side)
+                    if key == "input_ids" or (isinstance(value, (list, tuple)) and len(value) == words)
+                    else value  # not one entry per word, e.g. a sentence's label
+                    for value, words in zip(values, lengths)
+                ]
 
 
 def _check_word_count(index, count, max_words):
@@ -470,6 +379,14 @@ def _check_word_count(index, count, max_words):
         )
 
 
+def _as_lists(value):
+    """A field as Python lists: tensors and arrays (or lists of them, one per sentence) are converted; nested Python
+    lists pass as they are, without a walk over every character id."""
+    if isinstance(value, (list, tuple)):
+        return [item if isinstance(item, (list, tuple, int, float)) else to_py_obj(item) for item in value]
+    return to_py_obj(value)
+
+
 def _pad_list(values, missing, padding_value, side):
     if missing <= 0:
         return values
@@ -477,4 +394,4 @@ def _pad_list(values, missing, padding_value, side):
     return values + padding if side == "right" else padding + values
 
 
-__all__ = ["ElmoTokenizer", "ElmoBatchEncoding", "word_to_char_ids"]
+__all__ = ["ElmoTokenizer", "ElmoBatchEncoding"]

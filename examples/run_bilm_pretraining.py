@@ -38,10 +38,10 @@ from tqdm import tqdm
 from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_callback import ProgressCallback
 
-from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoTokenizer
+from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoPreTrainingCollator, ElmoTokenizer, ElmoWordVocabulary
 from elmo_hf.configuration_elmo import ORIGINAL_FILTERS
-from elmo_hf.tokenization_elmo import WORD_VOCAB_HEAD
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
+from elmo_hf.word_vocabulary import WORD_VOCAB_HEAD, find_vocab_file
 
 # Character CNN presets for --filters: the original ELMo's, and the small and tiny ones of Kim et al. (2016)'s
 # character-aware LM (25 * width filters of widths 1..6) and a tinier one for tests.
@@ -137,27 +137,6 @@ class ElmoLineDataset(torch.utils.data.Dataset):
             return text.readline().decode("utf-8").strip()
 
 
-@dataclass
-class ElmoPreTrainingCollator:
-    """Batches sentences (strings) into `input_ids`, `attention_mask` and `labels` for [`ElmoForPreTraining`]."""
-
-    tokenizer: ElmoTokenizer
-    tokenize: bool = False
-    max_words_per_sentence: int | None = None
-
-    def __call__(self, sentences):
-        text = sentences if self.tokenize else [sentence.split() for sentence in sentences]
-        return self.tokenizer(
-            text,
-            is_split_into_words=not self.tokenize,
-            return_word_labels=True,
-            padding=True,
-            truncation=self.max_words_per_sentence is not None,
-            max_length=self.max_words_per_sentence,
-            return_tensors="pt",
-        )
-
-
 def build_vocab(path, split_words, max_vocab_size=None, min_word_count=1):
     """bilm-tf's vocabulary of a text file: `<S>`, `</S>`, `<UNK>`, then its words by decreasing count (ties in
     alphabetical order), keeping words seen at least `min_word_count` times, at most `max_vocab_size` words."""
@@ -250,16 +229,19 @@ class ElmoProgressCallback(ProgressCallback):
 
 
 class ElmoSaveTokenizerCallback(TrainerCallback):
-    """Saves the tokenizer (with its vocab.txt) into every checkpoint. The tokenizer is not handed to the Trainer
-    as `processing_class`: the Trainer would copy its boundary "ids" (rows of character ids) into the model config
-    as `bos_token_id`/`eos_token_id`."""
+    """Saves the tokenizer and the word vocabulary (vocab.txt) into every checkpoint. The tokenizer is not handed
+    to the Trainer as `processing_class`: the Trainer would copy its boundary "ids" (rows of character ids) into the
+    model config as `bos_token_id`/`eos_token_id`."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, vocabulary):
         self.tokenizer = tokenizer
+        self.vocabulary = vocabulary
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            self.tokenizer.save_pretrained(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+            checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            self.tokenizer.save_pretrained(checkpoint)
+            self.vocabulary.save_pretrained(checkpoint)
 
 
 class ElmoTimeLimitCallback(TrainerCallback):
@@ -313,26 +295,27 @@ def data_files(data_args, training_args):
     return data_args.train_file, data_args.validation_file
 
 
-def load_tokenizer(model_args, data_args, training_args, train_path):
-    """The checkpoint's tokenizer if it has a vocabulary, else one over --vocab_file or a vocabulary built here."""
+def load_tokenizer_and_vocabulary(model_args, data_args, training_args, train_path):
+    """The checkpoint's tokenizer and vocabulary if it has a vocab.txt, else a tokenizer and the vocabulary of
+    --vocab_file or one built here from the training text."""
     max_characters_per_token = model_args.max_characters_per_token
     if model_args.model_name_or_path is not None:
         max_characters_per_token = ElmoConfig.from_pretrained(model_args.model_name_or_path).max_characters_per_token
-        if data_args.vocab_file is None:
-            tokenizer = ElmoTokenizer.from_pretrained(model_args.model_name_or_path)
-            if tokenizer.word_vocab is not None:
-                return tokenizer
+        if data_args.vocab_file is None and find_vocab_file(model_args.model_name_or_path) is not None:
+            return (
+                ElmoTokenizer.from_pretrained(model_args.model_name_or_path),
+                ElmoWordVocabulary.from_pretrained(model_args.model_name_or_path),
+            )
+    tokenizer = ElmoTokenizer(max_characters_per_token=max_characters_per_token)
     vocab_file = data_args.vocab_file
     if vocab_file is None:
         vocab_file = os.path.join(training_args.output_dir, "vocab.txt")
         with training_args.main_process_first(desc="vocabulary"):
             if training_args.process_index == 0:
-                splitter = ElmoTokenizer().tokenize if data_args.tokenize else str.split
+                splitter = tokenizer.tokenize if data_args.tokenize else str.split
                 words = build_vocab(train_path, splitter, data_args.max_vocab_size, data_args.min_word_count)
-                os.makedirs(training_args.output_dir, exist_ok=True)
-                with open(vocab_file, "w", encoding="utf-8") as vocab:
-                    vocab.write("".join(word + "\n" for word in words))
-    return ElmoTokenizer(max_characters_per_token=max_characters_per_token, vocab_file=vocab_file)
+                ElmoWordVocabulary(words, source=vocab_file).save_pretrained(training_args.output_dir)
+    return tokenizer, ElmoWordVocabulary.from_file(vocab_file)
 
 
 def load_model(model_args, vocab_size):
@@ -377,9 +360,9 @@ def main(argv=None):
         training_args.ddp_find_unused_parameters = False  # every parameter gets a gradient at every step
 
     train_path, validation_path = data_files(data_args, training_args)
-    tokenizer = load_tokenizer(model_args, data_args, training_args, train_path)
+    tokenizer, vocabulary = load_tokenizer_and_vocabulary(model_args, data_args, training_args, train_path)
     set_seed(training_args.seed)  # the new weights' initialisation
-    model = load_model(model_args, len(tokenizer.word_vocab))
+    model = load_model(model_args, len(vocabulary))
     optimizer = None
     if training_args.optim == "adagrad":
         # The Trainer's Adagrad starts from a zero accumulator, whose first step moves every weight by the full
@@ -388,13 +371,15 @@ def main(argv=None):
             "lr": training_args.learning_rate,
             "initial_accumulator_value": training_args.adagrad_initial_accumulator_value,
         })
-    callbacks = [ElmoSaveTokenizerCallback(tokenizer)]
+    callbacks = [ElmoSaveTokenizerCallback(tokenizer, vocabulary)]
     if data_args.max_train_minutes is not None:
         callbacks.append(ElmoTimeLimitCallback(data_args.max_train_minutes))
     trainer = ElmoPreTrainingTrainer(
         model=model,
         args=training_args,
-        data_collator=ElmoPreTrainingCollator(tokenizer, data_args.tokenize, data_args.max_words_per_sentence),
+        data_collator=ElmoPreTrainingCollator(
+            tokenizer, vocabulary, data_args.tokenize, data_args.max_words_per_sentence
+        ),
         train_dataset=ElmoLineDataset(train_path),
         eval_dataset=ElmoLineDataset(validation_path) if validation_path is not None else None,
         callbacks=callbacks,
@@ -408,6 +393,7 @@ def main(argv=None):
         trainer.save_model()
         if trainer.is_world_process_zero():
             tokenizer.save_pretrained(training_args.output_dir)
+            vocabulary.save_pretrained(training_args.output_dir)
     if training_args.do_eval:
         if validation_path is None:
             raise UserInputError("--do_eval: needs --validation_file (or --corpus)")

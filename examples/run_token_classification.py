@@ -3,7 +3,9 @@
 
 Data: CoNLL-style files (one `word ... tag` line per word, the tag in the last column, blank lines between
 sentences, `-DOCSTART-` lines skipped) or JSON lines / a `datasets` name with a list of words and a list of tags
-per example. Entity precision/recall/F1 come from the offline `seqeval_f1` module shipped in `elmo_hf.metrics`.
+per example. Any tag set trains and is scored by the offline `seqeval_f1` module shipped in `elmo_hf.metrics`:
+token accuracy always, entity precision/recall/F1 (seqeval) too when the tags are IOB (O, B-X, I-X). For tags such as
+part-of-speech, pick the best model by accuracy (`--metric_for_best_model accuracy`).
 
     python examples/run_token_classification.py [--model_name_or_path BILM_DIR] \
         --train_file train.conll --validation_file dev.conll --test_file test.conll \
@@ -195,7 +197,8 @@ def main(argv=None):
     def compute_metrics(evaluation):
         predictions, gold = predicted_tags(evaluation.predictions, evaluation.label_ids)
         scores = seqeval.compute(predictions=predictions, references=gold)
-        return {key: scores[key] for key in ("precision", "recall", "f1", "accuracy")}
+        # accuracy always; precision, recall and f1 only for IOB tags
+        return {key: scores[key] for key in ("precision", "recall", "f1", "accuracy") if key in scores}
 
     trainer = Trainer(
         model=model,

@@ -17,7 +17,17 @@ from conftest import REPO_ROOT
 from safetensors import safe_open
 from transformers import AutoModel, AutoModelForPreTraining, pipeline
 
-from elmo_hf import DEFAULT_MODEL, ElmoEmbedder, ElmoForPreTraining, ElmoModel, ElmoTokenizer, cli, perplexity
+from elmo_hf import (
+    DEFAULT_MODEL,
+    ElmoEmbedder,
+    ElmoForPreTraining,
+    ElmoModel,
+    ElmoPreTrainingCollator,
+    ElmoTokenizer,
+    ElmoWordVocabulary,
+    cli,
+    perplexity,
+)
 
 pytestmark = pytest.mark.usefixtures("loopback_only", "one_thread")
 
@@ -74,13 +84,23 @@ def test_the_biLM_and_auto_classes_load_it_without_the_softmax():
         assert torch.equal(tensor, lm.elmo.state_dict()[name]), name
     assert type(AutoModel.from_pretrained(DEFAULT_MODEL)) is ElmoModel
     assert type(AutoModelForPreTraining.from_pretrained(DEFAULT_MODEL)) is ElmoForPreTraining
-    assert ElmoTokenizer.from_pretrained(DEFAULT_MODEL).word_vocab is not None
+
+
+def test_its_tokenizer_files_load_and_its_vocab_txt_gives_the_training_labels():
+    tokenizer = ElmoTokenizer.from_pretrained(DEFAULT_MODEL)  # the folder also holds vocab.txt, which it ignores
+    vocabulary = ElmoWordVocabulary.from_pretrained(DEFAULT_MODEL)
+    lines = (pathlib.Path(DEFAULT_MODEL) / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert vocabulary.words == lines and len(vocabulary) == 10002
+    batch = ElmoPreTrainingCollator(tokenizer, vocabulary)(["the cat sat on the zzyzx mat"])
+    words = ["the", "cat", "sat", "on", "the", "zzyzx", "mat"]
+    assert batch["labels"].tolist() == [[0, *(lines.index(word) if word in lines else 2 for word in words), 1]]
+    assert batch["input_ids"].tolist() == [tokenizer.convert_tokens_to_ids(["<S>", *words, "</S>"])]
 
 
 def test_perplexity_on_a_ptb_test_subset_is_reproduced():
     sentences = ptb_sentences("test", RESULTS["subset_sentences"])
-    model, tokenizer = perplexity.load_language_model(DEFAULT_MODEL)
-    result = perplexity.evaluate_perplexity(model, tokenizer, sentences, "stateless", 64)
+    model, tokenizer, vocabulary = perplexity.load_language_model(DEFAULT_MODEL)
+    result = perplexity.evaluate_perplexity(model, tokenizer, vocabulary, sentences, "stateless", 64)
     expected = RESULTS["packaged"]["test_subset"]
     assert result["targets_per_direction"] == expected["targets_per_direction"]
     for key in ("forward_perplexity", "backward_perplexity", "perplexity"):
@@ -161,13 +181,11 @@ def test_packaging_rounds_the_weights_once_and_keeps_the_card(tmp_path):
     from conversion.package_default_model import package
 
     words = ["<S>", "</S>", "<UNK>", "the", "cat"]
-    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
     torch.manual_seed(0)
     model = ElmoForPreTraining(tiny_config(vocab_size=len(words), num_sampled_negatives=2))
     model.save_pretrained(tmp_path / "checkpoint")  # with its code files and auto_map
-    ElmoTokenizer(max_characters_per_token=20, vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(
-        tmp_path / "checkpoint"
-    )
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(tmp_path / "checkpoint")
+    ElmoWordVocabulary(words).save_pretrained(tmp_path / "checkpoint")
     output = tmp_path / "packaged"
     output.mkdir()
     (output / "README.md").write_text("the card\n", encoding="utf-8")
@@ -179,4 +197,4 @@ def test_packaging_rounds_the_weights_once_and_keeps_the_card(tmp_path):
     loaded = ElmoForPreTraining.from_pretrained(output)
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor.half().float()), name
-    assert ElmoTokenizer.from_pretrained(output).word_vocab == ElmoTokenizer.from_pretrained(tmp_path / "checkpoint").word_vocab
+    assert ElmoWordVocabulary.from_pretrained(output).words == words

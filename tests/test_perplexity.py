@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import REPO_ROOT
-from elmo_hf import ElmoTokenizer, perplexity
+from elmo_hf import ElmoPreTrainingCollator, ElmoTokenizer, ElmoWordVocabulary, perplexity
 from test_pretraining import WORDS, tiny_lm
 
 spec = importlib.util.spec_from_file_location("evaluate_perplexity", REPO_ROOT / "examples" / "evaluate_perplexity.py")
@@ -25,10 +25,13 @@ def lm():
 
 
 @pytest.fixture(scope="module")
-def lm_tokenizer(tmp_path_factory):
-    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    path.write_text("\n".join(WORDS), encoding="utf-8")
-    return ElmoTokenizer(max_characters_per_token=20, vocab_file=str(path))
+def lm_tokenizer():
+    return ElmoTokenizer(max_characters_per_token=20)
+
+
+@pytest.fixture(scope="module")
+def vocabulary():
+    return ElmoWordVocabulary(WORDS)
 
 
 @pytest.fixture
@@ -44,7 +47,7 @@ def _perplexities(forward_losses, backward_losses):
     return math.exp(forward), math.exp(backward), math.exp((forward + backward) / 2), len(forward_losses)
 
 
-def reference_bilm_tf(model, tokenizer, sentences, batch_size):
+def reference_bilm_tf(model, tokenizer, vocabulary, sentences, batch_size):
     """bilm-tf's test loop written out: two streams (forward sentences, reversed sentences), rows refilled from
     the stream when their sentence is done, ONE word per row per step, states carried, an unfillable step
     dropped."""
@@ -74,10 +77,10 @@ def reference_bilm_tf(model, tokenizer, sentences, batch_size):
                 log_probs = model.lm_head(top).log_softmax(-1)  # (batch, V)
             states[direction] = output.lstm_states
             for row, (_, target) in enumerate(step[direction]):
-                losses[direction].append(-float(log_probs[row, tokenizer.word_to_label(target)]))
+                losses[direction].append(-float(log_probs[row, vocabulary.word_to_id(target)]))
 
 
-def reference_stateless(model, tokenizer, sentences):
+def reference_stateless(model, tokenizer, vocabulary, sentences):
     losses = [[], []]
     for words in sentences:
         words = ["<S>", *words, "</S>"]
@@ -86,8 +89,8 @@ def reference_stateless(model, tokenizer, sentences):
             output = model(input_ids, return_logits=True)
         forward, backward = output.forward_logits[0].log_softmax(-1), output.backward_logits[0].log_softmax(-1)
         for position in range(len(words) - 1):
-            losses[0].append(-float(forward[position, tokenizer.word_to_label(words[position + 1])]))
-            losses[1].append(-float(backward[position + 1, tokenizer.word_to_label(words[position])]))
+            losses[0].append(-float(forward[position, vocabulary.word_to_id(words[position + 1])]))
+            losses[1].append(-float(backward[position + 1, vocabulary.word_to_id(words[position])]))
     return _perplexities(*losses)
 
 
@@ -101,9 +104,9 @@ def _as_tuple(result):
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 4])
-def test_bilm_tf_protocol_equals_the_step_by_step_loop(lm, lm_tokenizer, sentences, batch_size):
-    result = perplexity.evaluate_perplexity(lm, lm_tokenizer, sentences, "bilm-tf", batch_size)
-    expected = reference_bilm_tf(lm, lm_tokenizer, sentences, batch_size)
+def test_bilm_tf_protocol_equals_the_step_by_step_loop(lm, lm_tokenizer, vocabulary, sentences, batch_size):
+    result = perplexity.evaluate_perplexity(lm, lm_tokenizer, vocabulary, sentences, "bilm-tf", batch_size)
+    expected = reference_bilm_tf(lm, lm_tokenizer, vocabulary, sentences, batch_size)
     assert result["protocol"] == "bilm-tf"
     assert _as_tuple(result)[3] == expected[3]
     assert _as_tuple(result)[:3] == pytest.approx(expected[:3], rel=1e-5)
@@ -112,41 +115,41 @@ def test_bilm_tf_protocol_equals_the_step_by_step_loop(lm, lm_tokenizer, sentenc
     )
 
 
-def test_bilm_tf_protocol_drops_the_unfillable_end(lm, lm_tokenizer, sentences):
+def test_bilm_tf_protocol_drops_the_unfillable_end(lm, lm_tokenizer, vocabulary, sentences):
     # 26 targets per direction in the text; with 4 rows bilm-tf stops after the last complete step.
-    counts = [perplexity.evaluate_perplexity(lm, lm_tokenizer, sentences, "bilm-tf", n)[
+    counts = [perplexity.evaluate_perplexity(lm, lm_tokenizer, vocabulary, sentences, "bilm-tf", n)[
         "targets_per_direction"] for n in (1, 4)]
     assert counts[0] == sum(len(words) + 1 for words in sentences) == 26
     assert counts[1] < 26 and counts[1] % 4 == 0
 
 
 @pytest.mark.parametrize("batch_size", [1, 3])
-def test_stateless_protocol_equals_the_per_sentence_loop(lm, lm_tokenizer, sentences, batch_size):
-    result = perplexity.evaluate_perplexity(lm, lm_tokenizer, sentences, "stateless", batch_size)
-    expected = reference_stateless(lm, lm_tokenizer, sentences)
+def test_stateless_protocol_equals_the_per_sentence_loop(lm, lm_tokenizer, vocabulary, sentences, batch_size):
+    result = perplexity.evaluate_perplexity(lm, lm_tokenizer, vocabulary, sentences, "stateless", batch_size)
+    expected = reference_stateless(lm, lm_tokenizer, vocabulary, sentences)
     assert result["protocol"] == "stateless"
     assert _as_tuple(result) == pytest.approx(expected, rel=1e-5)
 
 
-def test_stateless_protocol_agrees_with_the_model_loss(lm, lm_tokenizer, sentences):
+def test_stateless_protocol_agrees_with_the_model_loss(lm, lm_tokenizer, vocabulary, sentences):
     nonempty = [words for words in sentences if words]
-    batch = lm_tokenizer(nonempty, is_split_into_words=True, padding=True, return_word_labels=True,
-                         return_tensors="pt")
+    batch = ElmoPreTrainingCollator(lm_tokenizer, vocabulary)([" ".join(words) for words in nonempty])
     with torch.no_grad():
         output = lm(**batch)
-    result = perplexity.evaluate_perplexity(lm, lm_tokenizer, nonempty, "stateless", 2)
+    result = perplexity.evaluate_perplexity(lm, lm_tokenizer, vocabulary, nonempty, "stateless", 2)
     assert math.log(result["forward_perplexity"]) == pytest.approx(float(output.forward_loss), rel=1e-5)
     assert math.log(result["backward_perplexity"]) == pytest.approx(float(output.backward_loss), rel=1e-5)
 
 
-def test_cli_prints_json(lm, lm_tokenizer, tmp_path, capsys):
+def test_cli_prints_json(lm, lm_tokenizer, vocabulary, tmp_path, capsys):
     lm.save_pretrained(tmp_path / "model")
     lm_tokenizer.save_pretrained(tmp_path / "model")
+    vocabulary.save_pretrained(tmp_path / "model")
     (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")
     script.main(["--model", str(tmp_path / "model"), "--text", str(tmp_path / "text.txt"), "--json",
                               "--protocol", "stateless", "--batch-size", "2"])
     printed = json.loads(capsys.readouterr().out)
-    expected = reference_stateless(lm, lm_tokenizer, perplexity.read_sentences(tmp_path / "text.txt"))
+    expected = reference_stateless(lm, lm_tokenizer, vocabulary, perplexity.read_sentences(tmp_path / "text.txt"))
     assert printed["protocol"] == "stateless"
     assert printed["perplexity"] == pytest.approx(expected[2], rel=1e-5)
 
@@ -168,9 +171,9 @@ def test_cli_reports_an_empty_text_without_a_traceback(tmp_path, capsys):
     assert capsys.readouterr().err == expected
 
 
-def test_a_text_too_short_for_the_batch_is_an_error(lm, lm_tokenizer):
+def test_a_text_too_short_for_the_batch_is_an_error(lm, lm_tokenizer, vocabulary):
     with pytest.raises(ValueError, match="too short for --batch-size 3 under the bilm-tf protocol"):
-        perplexity.evaluate_perplexity(lm, lm_tokenizer, [["the"], ["cat"]], "bilm-tf", 3)
+        perplexity.evaluate_perplexity(lm, lm_tokenizer, vocabulary, [["the"], ["cat"]], "bilm-tf", 3)
 
 
 def test_converted_checkpoint_on_its_training_corpus(fixtures_dir):
@@ -180,9 +183,10 @@ def test_converted_checkpoint_on_its_training_corpus(fixtures_dir):
     model, tokenizer, _ = convert_tf_checkpoint(
         checkpoint / "model.ckpt-60", checkpoint / "options.json", checkpoint / "vocab.txt"
     )
+    vocabulary = ElmoWordVocabulary.from_file(checkpoint / "vocab.txt")
     sentences = perplexity.read_sentences(fixtures_dir / "train_corpus" / "data.txt")
     # bilm-tf trained this checkpoint with 2 rows; 5 sentences, 134 words -> 139 targets, 110 in full batches.
-    result = perplexity.evaluate_perplexity(model, tokenizer, sentences, "bilm-tf", 2)
-    expected = reference_bilm_tf(model, tokenizer, sentences, 2)
+    result = perplexity.evaluate_perplexity(model, tokenizer, vocabulary, sentences, "bilm-tf", 2)
+    expected = reference_bilm_tf(model, tokenizer, vocabulary, sentences, 2)
     assert result["targets_per_direction"] == expected[3] == 110
     assert _as_tuple(result)[:3] == pytest.approx(expected[:3], rel=1e-5)

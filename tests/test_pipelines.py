@@ -1,4 +1,4 @@
-"""pipeline("token-classification") on raw text with ElmoForTokenClassification and ElmoTokenizer."""
+"""The ELMo tagging pipeline (task "elmo-token-classification") on raw text, and the stock task left alone."""
 
 import pytest
 import torch
@@ -63,9 +63,14 @@ def group_by_hand(rows):
     ]
 
 
-def test_importing_elmo_hf_gives_token_classification_the_elmo_pipeline(tokenizer):
-    for task in ("token-classification", "ner"):
-        assert type(pipeline(task, model=tagger(), tokenizer=tokenizer)) is ElmoTokenClassificationPipeline
+def test_the_elmo_pipeline_comes_by_task_name_or_by_pipeline_class(tokenizer):
+    assert type(pipeline("elmo-token-classification", model=tagger(), tokenizer=tokenizer)) is (
+        ElmoTokenClassificationPipeline
+    )
+    chosen = pipeline(
+        "token-classification", model=tagger(), tokenizer=tokenizer, pipeline_class=ElmoTokenClassificationPipeline
+    )
+    assert type(chosen) is ElmoTokenClassificationPipeline
 
 
 def test_no_aggregation_tags_every_word_with_offsets_into_the_raw_text(tokenizer):
@@ -75,7 +80,7 @@ def test_no_aggregation_tags_every_word_with_offsets_into_the_raw_text(tokenizer
     tags = {row[3] for row in rows}
     assert tags == {"O", "B-PER", "I-PER"}, "the fixture must exercise every tag"
 
-    ner = pipeline("token-classification", model=model, tokenizer=tokenizer)
+    ner = pipeline("elmo-token-classification", model=model, tokenizer=tokenizer)
     everything = ner(TEXT, ignore_labels=[])
     assert [(e["word"], e["start"], e["end"], e["entity"], e["index"]) for e in everything] == [
         (word, start, end, tag, index) for index, (word, start, end, tag, _) in enumerate(rows, start=1)
@@ -92,7 +97,7 @@ def test_simple_aggregation_groups_b_and_i_tags_as_computed_by_hand(tokenizer):
     rows = predicted_words(model, tokenizer, TEXT)
     expected = group_by_hand(rows)
     assert any(" " in group["word"] for group in expected), "the fixture must have a multi-word entity"
-    ner = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple")
+    ner = pipeline("elmo-token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple")
     entities = ner(TEXT)
     assert entities == expected
     for entity in entities:
@@ -102,7 +107,7 @@ def test_simple_aggregation_groups_b_and_i_tags_as_computed_by_hand(tokenizer):
 def test_a_batch_of_texts_gives_each_text_its_own_entities(tokenizer):
     model = tagger()
     texts = [TEXT, "Ann Lee met John ."]
-    ner = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple")
+    ner = pipeline("elmo-token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple")
     expected = [group_by_hand(predicted_words(model, tokenizer, text)) for text in texts]
     assert ner(texts) == expected
     # batch_size=2 runs both texts through the model at once, the shorter one padded.
@@ -112,7 +117,7 @@ def test_a_batch_of_texts_gives_each_text_its_own_entities(tokenizer):
 def test_pre_split_words_get_offsets_into_the_words_joined_by_spaces(tokenizer):
     model = tagger()
     words = TEXT.replace("  ", " ").replace(".", " .").split()
-    ner = pipeline("token-classification", model=model, tokenizer=tokenizer)
+    ner = pipeline("elmo-token-classification", model=model, tokenizer=tokenizer)
     (entities,) = ner(words, is_split_into_words=True, ignore_labels=[])
     joined = " ".join(words)
     assert [entity["word"] for entity in entities] == words
@@ -130,7 +135,7 @@ def test_crf_head_tags_by_viterbi_not_by_argmax(tokenizer):
     with torch.no_grad():
         logits = model(input_ids=encoding["input_ids"]).logits
     viterbi = [ID2LABEL[tag] for tag in model.decode(logits, encoding["special_tokens_mask"] == 0)[0]]
-    ner = pipeline("token-classification", model=model, tokenizer=tokenizer)
+    ner = pipeline("elmo-token-classification", model=model, tokenizer=tokenizer)
     entities = ner(TEXT, ignore_labels=[])
     assert [entity["entity"] for entity in entities] == viterbi
     batched = ner([TEXT, "Ann Lee met John ."], batch_size=2, ignore_labels=[])[0]
@@ -143,12 +148,13 @@ def test_crf_head_tags_by_viterbi_not_by_argmax(tokenizer):
 
 
 def test_sub_word_strategies_are_refused_as_for_any_slow_tokenizer(tokenizer):
-    ner = pipeline("token-classification", model=tagger(), tokenizer=tokenizer)
+    ner = pipeline("elmo-token-classification", model=tagger(), tokenizer=tokenizer)
     with pytest.raises(ValueError, match="Slow tokenizers cannot handle subwords"):
         ner(TEXT, aggregation_strategy="first")
 
 
-def test_other_tokenizers_get_the_stock_pipeline_behaviour():
+def tiny_bert_tagger():
+    """A BERT tagger and a word-level fast tokenizer, built locally (no network)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import BertConfig, BertForTokenClassification, PreTrainedTokenizerFast
 
@@ -161,9 +167,21 @@ def test_other_tokenizers_get_the_stock_pipeline_behaviour():
         vocab_size=len(vocab), hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
         num_labels=3, id2label=ID2LABEL,
     )
-    bert = BertForTokenClassification(config).eval()
+    return BertForTokenClassification(config).eval(), fast
+
+
+def test_importing_elmo_hf_leaves_the_stock_token_classification_task_alone():
+    import elmo_hf  # noqa: F401  (imported at the top already; here to state the test's premise)
+
+    bert, fast = tiny_bert_tagger()
+    for task in ("token-classification", "ner"):
+        assert type(pipeline(task, model=bert, tokenizer=fast)) is TokenClassificationPipeline
+
+
+def test_other_tokenizers_get_the_stock_pipeline_behaviour():
+    bert, fast = tiny_bert_tagger()
     text = "john lives in paris ."
-    ours = pipeline("token-classification", model=bert, tokenizer=fast, aggregation_strategy="simple")
+    ours = pipeline("elmo-token-classification", model=bert, tokenizer=fast, aggregation_strategy="simple")
     stock = TokenClassificationPipeline(model=bert, tokenizer=fast, aggregation_strategy="simple")
     assert type(ours) is ElmoTokenClassificationPipeline
     assert ours(text, ignore_labels=[]) == stock(text, ignore_labels=[])

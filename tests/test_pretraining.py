@@ -1,6 +1,7 @@
 """ElmoForPreTraining: the shared softmax, the shifted targets, the sampled softmax, the word vocabulary."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForPreTraining
 
 from conftest import tiny_config, tiny_model
-from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoTokenizer
+from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoPreTrainingCollator, ElmoTokenizer, ElmoWordVocabulary
 from elmo_hf.modeling_elmo import ElmoLogUniformSampler, elmo_sampled_softmax_loss
 
 WORDS = ["<S>", "</S>", "<UNK>", "the", "a", "cat", "dog", "sat", "ran", ".", "on", "mat"]
@@ -35,23 +36,29 @@ def vocab_file(tmp_path):
 
 
 @pytest.fixture
-def lm_tokenizer(vocab_file):
-    return ElmoTokenizer(max_characters_per_token=20, vocab_file=str(vocab_file))
+def vocabulary(vocab_file):
+    return ElmoWordVocabulary.from_file(vocab_file)
+
+
+@pytest.fixture
+def lm_batch(vocabulary):
+    """Batches lists of words as run_bilm_pretraining.py does: input_ids, attention_mask and labels, padded."""
+    collator = ElmoPreTrainingCollator(ElmoTokenizer(max_characters_per_token=20), vocabulary)
+    return lambda sentences: collator([" ".join(words) for words in sentences])
 
 
 SENTENCES = [["the", "cat", "sat", "on", "the", "mat", "."], ["a", "zebra", "ran"]]
 
 
-def test_loss_is_the_mean_of_both_directions_over_shifted_targets(lm_tokenizer):
+def test_loss_is_the_mean_of_both_directions_over_shifted_targets(lm_batch, vocabulary):
     model = tiny_lm()
-    batch = lm_tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_word_labels=True,
-                         return_tensors="pt")
+    batch = lm_batch(SENTENCES)
     output = model(**batch, return_logits=True)
     log_probs_forward = output.forward_logits.log_softmax(-1)
     log_probs_backward = output.backward_logits.log_softmax(-1)
     forward_terms, backward_terms = [], []
     for row, sentence in enumerate(SENTENCES):
-        ids = [lm_tokenizer.word_to_label(word) for word in ["<S>", *sentence, "</S>"]]
+        ids = [vocabulary.word_to_id(word) for word in ["<S>", *sentence, "</S>"]]
         for position in range(len(ids) - 1):
             forward_terms.append(-log_probs_forward[row, position, ids[position + 1]])
             backward_terms.append(-log_probs_backward[row, position + 1, ids[position]])
@@ -71,20 +78,18 @@ def test_logits_come_from_the_top_layer_halves():
     assert output.loss is None and model(ids).forward_logits is None
 
 
-def test_padding_does_not_change_the_loss(lm_tokenizer):
+def test_padding_does_not_change_the_loss(lm_batch):
     model = tiny_lm()
-    alone = lm_tokenizer([SENTENCES[1]], is_split_into_words=True, return_word_labels=True, return_tensors="pt")
-    padded = lm_tokenizer(SENTENCES[::-1], is_split_into_words=True, padding=True, return_word_labels=True,
-                          return_tensors="pt")
+    alone = lm_batch([SENTENCES[1]])
+    padded = lm_batch(SENTENCES[::-1])
     assert padded["labels"][0, -1] == -100
     single = model(**alone)
     both = model(**{key: value[:1] for key, value in padded.items()})
     assert torch.allclose(single.loss, both.loss, atol=1e-6)
 
 
-def test_pretraining_dropout_applies_only_to_the_lm_in_training_mode(lm_tokenizer):
-    batch = lm_tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_word_labels=True,
-                         return_tensors="pt")
+def test_pretraining_dropout_applies_only_to_the_lm_in_training_mode(lm_batch):
+    batch = lm_batch(SENTENCES)
     plain = tiny_lm(num_sampled_negatives=0)
     dropped = tiny_lm(num_sampled_negatives=0, pretraining_dropout=0.5)
     # Evaluation and embedding never drop anything.
@@ -205,28 +210,51 @@ def test_sampled_softmax_gradient_matches_the_full_gradient_in_expectation():
 # ---- word vocabulary ----
 
 
-def test_tokenizer_word_labels_map_unknown_words_to_unk_but_keep_their_characters(lm_tokenizer):
-    batch = lm_tokenizer([["the", "zebra"]], is_split_into_words=True, return_word_labels=True)
-    assert batch["labels"] == [[0, 3, 2, 1]]
+def test_word_labels_map_unknown_words_to_unk_but_keep_their_characters(lm_batch):
+    batch = lm_batch([["the", "zebra"]])
+    assert batch["labels"].tolist() == [[0, 3, 2, 1]]
     plain = ElmoTokenizer(max_characters_per_token=20)([["the", "zebra"]], is_split_into_words=True)
-    assert batch["input_ids"] == plain["input_ids"]
-    assert "labels" not in lm_tokenizer([["the"]], is_split_into_words=True)
+    assert batch["input_ids"].tolist() == plain["input_ids"]
 
 
-def test_tokenizer_vocabulary_round_trip_and_padding(lm_tokenizer, tmp_path):
-    lm_tokenizer.save_pretrained(tmp_path / "saved")
+def test_collator_pads_labels_with_minus_100_and_truncates_words_and_labels_together(vocabulary):
+    tokenizer = ElmoTokenizer(max_characters_per_token=20)
+    batch = ElmoPreTrainingCollator(tokenizer, vocabulary)(["the cat sat on the mat .", "a zebra ran"])
+    assert batch["labels"].tolist()[1] == [0, 4, 2, 8, 1, -100, -100, -100, -100]
+    assert batch["attention_mask"].tolist()[1] == [1] * 5 + [0] * 4
+    # max_words_per_sentence counts the boundaries; raw text (tokenize=True) has its punctuation split off.
+    truncated = ElmoPreTrainingCollator(tokenizer, vocabulary, tokenize=True, max_words_per_sentence=4)(["the mat."])
+    assert truncated["labels"].tolist() == [[0, 3, 11, 1]]
+    assert truncated["input_ids"].tolist() == [tokenizer.convert_tokens_to_ids(["<S>", "the", "mat", "</S>"])]
+
+
+def test_vocabulary_round_trip_and_tokenizer_pad_of_word_labels(vocabulary, tmp_path):
+    assert vocabulary.save_pretrained(tmp_path / "saved") == str(tmp_path / "saved" / "vocab.txt")
     assert (tmp_path / "saved" / "vocab.txt").read_text(encoding="utf-8").splitlines() == WORDS
-    reloaded = ElmoTokenizer.from_pretrained(tmp_path / "saved")
-    assert reloaded.word_vocab == WORDS
-    examples = [lm_tokenizer(sentence, is_split_into_words=True, return_word_labels=True) for sentence in SENTENCES]
-    padded = reloaded.pad([dict(example) for example in examples], return_tensors="pt")
+    assert ElmoWordVocabulary.from_pretrained(tmp_path / "saved").words == WORDS and len(vocabulary) == len(WORDS)
+    tokenizer = ElmoTokenizer(max_characters_per_token=20)
+    examples = [
+        {**tokenizer(words, is_split_into_words=True), "labels": vocabulary.sentence_labels(words)}
+        for words in SENTENCES
+    ]
+    padded = tokenizer.pad(examples, return_tensors="pt")
     assert padded["labels"].tolist()[1] == [0, 4, 2, 8, 1, -100, -100, -100, -100]
 
 
-def test_vocab_must_start_with_the_boundaries_and_unk(tmp_path):
+def test_vocab_must_start_with_the_boundaries_and_unk_and_hold_each_word_once(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("the\n<S>\n</S>\n<UNK>\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"must start with <S>, </S>, <UNK> \(one per line\), got \['the', '<S>', '</S>'\]"):
-        ElmoTokenizer(vocab_file=str(path))
-    with pytest.raises(ValueError, match="return_word_labels=True needs a word vocabulary"):
-        ElmoTokenizer()(["a"], return_word_labels=True)
+    expected = "vocab.txt: a bilm-tf vocabulary must start with <S>, </S>, <UNK> (one per line), got ['the', '<S>', '</S>']"
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        ElmoWordVocabulary.from_file(path)
+    path.write_text("<S>\n</S>\n<UNK>\nthe\ncat\nthe\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="vocab.txt: word 'the' appears twice \\(again on line 6\\)"):
+        ElmoWordVocabulary.from_file(path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'empty'}: no vocab.txt, the word vocabulary")):
+        ElmoWordVocabulary.from_pretrained(tmp_path / "empty")
+
+
+def test_the_tokenizer_has_no_word_vocabulary(vocab_file):
+    with pytest.raises(ValueError, match="ElmoTokenizer has no word vocabulary \\(vocab_file\\): load the language"):
+        ElmoTokenizer(vocab_file=str(vocab_file))

@@ -90,8 +90,8 @@ def test_training_loss_falls_far_below_the_unigram_entropy(tmp_path, capsys):
     vocab = (output_dir / "vocab.txt").read_text(encoding="utf-8").split()
     assert vocab == ["<S>", "</S>", "<UNK>", *sorted(NUMBERS, key=lambda word: (-counts[word], word))]
     # The logged perplexities are elmo_hf.perplexity's stateless ones for the saved model.
-    model, tokenizer = perplexity.load_language_model(output_dir)
-    expected = perplexity.evaluate_perplexity(model, tokenizer, sentences, "stateless", batch_size=7)
+    model, tokenizer, vocabulary = perplexity.load_language_model(output_dir)
+    expected = perplexity.evaluate_perplexity(model, tokenizer, vocabulary, sentences, "stateless", 7)
     for key in ("forward_perplexity", "backward_perplexity", "perplexity"):
         assert metrics["eval_" + key] == pytest.approx(expected[key], rel=1e-5)
     assert metrics["eval_targets_per_direction"] == expected["targets_per_direction"]

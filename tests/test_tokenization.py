@@ -3,8 +3,8 @@ import pytest
 import torch
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
-from elmo_hf import ElmoTokenizer
-from elmo_hf.tokenization_elmo import word_to_char_ids
+from elmo_hf import ElmoConfig, ElmoTokenizer
+from elmo_hf.char_ids import word_to_char_ids
 
 
 def ids(*values, length=20):
@@ -126,6 +126,17 @@ def test_bad_input_names_the_position(tokenizer, text, kwargs, error, message):
 def test_char_ids_are_in_range(tokenizer):
     encoded = np.array(tokenizer([["x" * 100, "🙂", "\x00", "中文"]], is_split_into_words=True)["input_ids"])
     assert encoded.min() >= 1 and encoded.max() <= 261
+
+
+def test_the_vocabulary_is_the_character_ids_the_model_embeds(tokenizer):
+    vocab = tokenizer.get_vocab()
+    assert len(tokenizer) == tokenizer.vocab_size == len(vocab) == ElmoConfig().num_characters == 262
+    assert sorted(vocab.values()) == list(range(262))
+    row = tokenizer.convert_tokens_to_ids("Hé")  # a word is a row of these ids
+    assert row[:5] == [vocab["<bow_char>"], vocab["<0x48>"], vocab["<0xC3>"], vocab["<0xA9>"], vocab["<eow_char>"]]
+    assert set(row[5:]) == {vocab["<pad_char>"]} and vocab["<no_char>"] == tokenizer.pad_token_id == 0
+    assert tokenizer.convert_tokens_to_ids("<S>")[1] == vocab["<bos_char>"]
+    assert tokenizer.convert_tokens_to_ids("</S>")[1] == vocab["<eos_char>"]
 
 
 def test_pad_leaves_sentence_level_labels_alone(tokenizer):

@@ -1,7 +1,9 @@
-"""Accuracy and macro-averaged F1 of class predictions, as an `evaluate` module that works offline."""
+"""Accuracy and macro-averaged F1 of class predictions, as an `evaluate` module that works offline: scikit-learn's
+`accuracy_score` and `f1_score`, as `evaluate`'s own `accuracy` and `f1` modules compute them."""
 
 import datasets
 import evaluate
+from sklearn.metrics import accuracy_score, f1_score
 
 _DESCRIPTION = """
 Accuracy, and the unweighted mean over classes of each class's F1 (macro-F1). A class is counted when it occurs in
@@ -30,11 +32,7 @@ class ClassificationF1(evaluate.Metric):
     def _compute(self, predictions, references):
         if not references:
             raise ValueError("classification_f1 needs at least one prediction")
-        scores = []
-        for label in sorted(set(predictions) | set(references)):
-            true_positive = sum(p == label and r == label for p, r in zip(predictions, references))
-            predicted = sum(p == label for p in predictions)
-            gold = sum(r == label for r in references)
-            scores.append(2 * true_positive / (predicted + gold))
-        accuracy = sum(p == r for p, r in zip(predictions, references)) / len(references)
-        return {"accuracy": accuracy, "macro_f1": sum(scores) / len(scores)}
+        return {
+            "accuracy": float(accuracy_score(references, predictions)),
+            "macro_f1": float(f1_score(references, predictions, average="macro", zero_division=0)),
+        }

@@ -1,13 +1,15 @@
-"""Entity-level precision, recall and F1 of IOB-tagged sequences (the CoNLL-2003 evaluation), as an `evaluate`
-module that works offline."""
+"""Token accuracy of any tag set and, when the tags are IOB, entity-level precision, recall and F1 (the CoNLL-2003
+evaluation), as an `evaluate` module that works offline. The entity scores are the `seqeval` library's."""
 
 import datasets
 import evaluate
+from seqeval.metrics import accuracy_score, classification_report, f1_score, precision_score, recall_score
 
 _DESCRIPTION = """
-Entity-level scores for sequence labelling with IOB1, IOB2 (BIO) or IOBES-free tags: an entity is a maximal run that
-starts with B-X (or with I-X after a tag of another type or O) and continues with I-X. A predicted entity counts when
-its type, start and end all match a gold entity. Also returns token accuracy and per-type scores.
+Token accuracy for every tag set (part-of-speech tags, chunks, entities). When every tag is O or PREFIX-TYPE with
+PREFIX one of B, I, E, S, also entity scores from `seqeval`'s default (CoNLL, conlleval.pl) mode: an entity is a run
+that starts with B-X (or with I-X after O or another type) and continues with I-X; a predicted entity counts when its
+type, start and end all match a gold entity.
 """
 
 _KWARGS_DESCRIPTION = """
@@ -15,34 +17,20 @@ Args:
     predictions (list of list of str): predicted tags of each sentence.
     references (list of list of str): gold tags, same lengths.
 Returns:
-    precision, recall, f1, accuracy (floats), and for every entity type X a dict `X` with precision, recall, f1 and
-    number (gold entities of that type).
+    accuracy (float), always. With IOB tags also precision, recall, f1 (floats, micro-averaged over entities) and
+    for every entity type X a dict `X` with precision, recall, f1 and number (gold entities of that type).
 """
 
-
-def entities(tags):
-    """The set of (type, start, end) entity spans in one sentence's IOB tags (end exclusive)."""
-    spans = set()
-    current_type, start = None, None
-    for position, tag in enumerate([*tags, "O"]):
-        prefix, _, entity_type = tag.partition("-")
-        if prefix not in ("B", "I", "O") or (prefix != "O" and not entity_type):
-            raise ValueError(f"tag {tag!r} at position {position} is not an IOB tag (O, B-TYPE or I-TYPE)")
-        continues = prefix == "I" and entity_type == current_type
-        if current_type is not None and not continues:
-            spans.add((current_type, start, position))
-            current_type = None
-        if prefix == "B" or (prefix == "I" and not continues):
-            current_type, start = entity_type, position
-    return spans
+ENTITY_PREFIXES = ("B", "I", "E", "S")
 
 
-def safe_ratio(numerator, denominator):
-    return numerator / denominator if denominator else 0.0
-
-
-def f1(precision, recall):
-    return safe_ratio(2 * precision * recall, precision + recall)
+def is_entity_tag_set(tags):
+    """Whether every tag in `tags` is O or B-/I-/E-/S-TYPE, so that entity scores mean something."""
+    for tag in tags:
+        prefix, separator, entity_type = tag.partition("-")
+        if tag != "O" and not (prefix in ENTITY_PREFIXES and separator and entity_type):
+            return False
+    return True
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
@@ -61,32 +49,24 @@ class SeqevalF1(evaluate.Metric):
         )
 
     def _compute(self, predictions, references):
-        gold_total, predicted_total, correct = {}, {}, {}
-        right_tokens = all_tokens = 0
         for index, (predicted, gold) in enumerate(zip(predictions, references)):
             if len(predicted) != len(gold):
                 raise ValueError(f"sentence {index}: {len(predicted)} predicted tags for {len(gold)} gold tags")
-            right_tokens += sum(p == g for p, g in zip(predicted, gold))
-            all_tokens += len(gold)
-            gold_spans, predicted_spans = entities(gold), entities(predicted)
-            for spans, counts in ((gold_spans, gold_total), (predicted_spans, predicted_total)):
-                for entity_type, _, _ in spans:
-                    counts[entity_type] = counts.get(entity_type, 0) + 1
-            for entity_type, _, _ in gold_spans & predicted_spans:
-                correct[entity_type] = correct.get(entity_type, 0) + 1
-        results = {}
-        for entity_type in sorted(set(gold_total) | set(predicted_total)):
-            precision = safe_ratio(correct.get(entity_type, 0), predicted_total.get(entity_type, 0))
-            recall = safe_ratio(correct.get(entity_type, 0), gold_total.get(entity_type, 0))
-            results[entity_type] = {
-                "precision": precision,
-                "recall": recall,
-                "f1": f1(precision, recall),
-                "number": gold_total.get(entity_type, 0),
-            }
-        precision = safe_ratio(sum(correct.values()), sum(predicted_total.values()))
-        recall = safe_ratio(sum(correct.values()), sum(gold_total.values()))
-        results.update(
-            precision=precision, recall=recall, f1=f1(precision, recall), accuracy=safe_ratio(right_tokens, all_tokens)
-        )
+        results = {"accuracy": accuracy_score(references, predictions)}
+        tag_set = {tag for sentence in [*predictions, *references] for tag in sentence}
+        if not is_entity_tag_set(tag_set):
+            return results
+        if tag_set - {"O"}:  # with no entity at all, seqeval's report would average over no types (a numpy warning)
+            report = classification_report(references, predictions, output_dict=True, zero_division=0)
+            for entity_type, scores in report.items():
+                if not entity_type.endswith(" avg"):  # skip the micro/macro/weighted averages
+                    results[entity_type] = {
+                        "precision": float(scores["precision"]),
+                        "recall": float(scores["recall"]),
+                        "f1": float(scores["f1-score"]),
+                        "number": int(scores["support"]),
+                    }
+        results["precision"] = float(precision_score(references, predictions, zero_division=0))
+        results["recall"] = float(recall_score(references, predictions, zero_division=0))
+        results["f1"] = float(f1_score(references, predictions, zero_division=0))
         return results
