@@ -104,9 +104,9 @@ def test_perplexity_prints_what_the_python_api_computes(tmp_path, capsys):
     (tmp_path / "text.txt").write_text("the cat sat on the mat .\na dog ran home\n", encoding="utf-8")
     cli.main(["perplexity", "--text", str(tmp_path / "text.txt"), "--protocol", "stateless", "--json"])
     printed = json.loads(capsys.readouterr().out)
-    model, tokenizer = perplexity.load_language_model(DEFAULT_MODEL)
+    model, tokenizer, vocabulary = perplexity.load_language_model(DEFAULT_MODEL)
     sentences = perplexity.read_sentences(tmp_path / "text.txt")
-    assert printed == pytest.approx(perplexity.evaluate_perplexity(model, tokenizer, sentences, "stateless"))
+    assert printed == pytest.approx(perplexity.evaluate_perplexity(model, tokenizer, vocabulary, sentences, "stateless"))
 
 
 def test_a_model_folder_whose_config_contradicts_its_weights_is_one_line(model_dir, tmp_path, capsys):
