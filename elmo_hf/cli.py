@@ -111,6 +111,14 @@ def build_parser():
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
 
+    export = commands.add_parser(
+        "export-onnx",
+        help="export the biLM to ONNX: every layer out, dynamic batch and word axes (see elmo_hf/onnx_export.py)",
+    )
+    export.add_argument("--model", metavar="NAME_OR_DIR", default=DEFAULT_MODEL, help="as for embed")
+    export.add_argument("--output", metavar="DIR", required=True, help="folder for model.onnx, config and tokenizer")
+    export.add_argument("--opset", type=int, default=17, help="ONNX opset, 13..20 (default: 17)")
+
     commands.add_parser(
         "convert",
         help="convert the original bilm-tf weights (options.json + .hdf5) to a checkpoint folder; "
@@ -185,6 +193,13 @@ def embed(args):
         )
 
 
+def export_onnx(args):
+    from .modeling_elmo import ElmoModel
+    from .onnx_export import export_onnx
+
+    print(f"wrote {export_onnx(ElmoModel.from_pretrained(args.model), args.output, opset=args.opset)}", file=sys.stderr)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     # convert and perplexity parse their own options.
@@ -194,9 +209,9 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return embed(args)
+        return export_onnx(args) if args.command == "export-onnx" else embed(args)
     except (ValueError, FileExistsError) as error:  # bad input or settings: a message, not a traceback
-        parser.exit(2, f"elmo-hf embed: error: {error}\n")
+        parser.exit(2, f"elmo-hf {args.command}: error: {error}\n")
 
 
 if __name__ == "__main__":
