@@ -18,7 +18,8 @@ exporter (`dynamo=False`). The torch.export-based exporter would need the recurr
 operator, and the onnxscript package.
 
 Limits: no `lstm_states` (every call starts from zeros, like `ElmoModel` without them), float32 only, one file
-(a model of 2 GB or more would need ONNX external data).
+(a model of 2 GB or more would need ONNX external data). TorchScript is deprecated in PyTorch (2.13 warns, and this
+module silences those warnings during the export): when it is removed, the export needs the scan rewrite above.
 """
 
 import copy
