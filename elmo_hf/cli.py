@@ -140,6 +140,13 @@ def build_parser():
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
 
+    export = commands.add_parser(
+        "export-onnx",
+        help="export the biLM to ONNX: every layer out, dynamic batch and word axes (see elmo_hf/onnx_export.py)",
+    )
+    export.add_argument("--model", metavar="NAME_OR_DIR", default=DEFAULT_MODEL, help="as for embed")
+    export.add_argument("--output", metavar="DIR", required=True, help="folder for model.onnx, config and tokenizer")
+    export.add_argument("--opset", type=int, default=17, help="ONNX opset, 13..20 (default: 17)")
     convert = commands.add_parser(
         "convert",
         help="convert the original bilm-tf weights (options.json + .hdf5, or a training checkpoint) to a "
@@ -151,7 +158,7 @@ def build_parser():
         "perplexity", help="the biLM's perplexity on a text file", description=PERPLEXITY_DESCRIPTION
     )
     add_perplexity_arguments(perplexity)
-    for command in (embed, convert, perplexity):
+    for command in (embed, export, convert, perplexity):
         add_debug_argument(command)
     return parser
 
@@ -292,7 +299,18 @@ def _embed(args, device):
         )
 
 
-COMMANDS = {"embed": embed, "convert": convert, "perplexity": perplexity}
+def export_onnx(args):
+    from .modeling_elmo import ElmoModel
+    from .onnx_export import export_onnx
+
+    try:
+        model = ElmoModel.from_pretrained(args.model)
+    except (OSError, ValueError) as error:  # no such model, unreadable or contradictory files
+        raise unloadable_model_error(args.model, error) from None
+    print(f"wrote {export_onnx(model, args.output, opset=args.opset)}", file=sys.stderr)
+
+
+COMMANDS = {"embed": embed, "export-onnx": export_onnx, "convert": convert, "perplexity": perplexity}
 
 
 def main(argv=None):

@@ -1,13 +1,17 @@
 """PyTorch ELMo: character CNN -> highway -> projection -> bidirectional LSTM language model.
 
-The whole forward pass lives in this file. Weights converted from the original TensorFlow files use
-PyTorch conventions (gate order i, f, g, o; no hidden forget bias; weights as `(out, in)`): every
-TensorFlow quirk is undone once, in `conversion/convert_elmo_original_tf_to_hf.py`.
+The model's math lives in this file and reads top to bottom: the building blocks (char CNN, highway, biLSTM, scalar
+mix, task encoder, CRF, sampled softmax), the outputs, `ElmoPreTrainedModel`, `ElmoModel`, `ElmoForPreTraining` and
+the task heads. The LSTM below is the plain reference path: it runs training, CUDA and any call that needs a
+gradient. On a CPU without gradients, `ElmoModel` runs the same math through `cpu_kernels.py` (per distinct word,
+packed steps, prepacked weights), chosen in one place, `ElmoModel.forward`.
+
+Weights converted from the original TensorFlow files use PyTorch conventions (gate order i, f, g, o; no hidden
+forget bias; weights as `(out, in)`): every TensorFlow quirk is undone once, by the converter.
 """
 
 import importlib
 import math
-import weakref
 from dataclasses import dataclass
 
 import torch
@@ -17,37 +21,10 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_elmo import ElmoConfig
-
-
-# Largest char-CNN response computed at once (bytes): small enough to stay in a CPU cache (RESULTS.md).
-CNN_RESPONSE_BYTES = 4 * 2**20
-
-
-@dataclass
-class ElmoModelOutput(ModelOutput):
-    r"""
-    Outputs of [`ElmoModel`]. W counts the words of the input, sentence boundaries included.
-
-    Args:
-        last_hidden_state (`torch.FloatTensor` of shape `(batch, W, 2 * projection_dim)`):
-            the top LSTM layer, `[forward; backward]`; 0 at padded positions.
-        hidden_states (tuple of `num_lstm_layers + 1` `torch.FloatTensor`s of shape `(batch, W, 2 * projection_dim)`,
-            returned when `output_hidden_states=True`): layer 0 is the context-independent token representation
-            duplicated, `[x; x]`, then every LSTM layer; 0 at padded positions.
-        lstm_states (tuple of two `torch.FloatTensor`s): the LSTM state after each row's last word,
-            `cell` of shape `(num_lstm_layers, 2, rows, lstm_dim)` and `hidden` of shape
-            `(num_lstm_layers, 2, rows, projection_dim)` (direction 0 is forward, 1 backward), where `rows` is
-            `max(batch, rows of the lstm_states passed in)`: rows of a passed state past the batch are carried
-            through unchanged. Pass it as `lstm_states` to the next call to continue each row where it stopped,
-            as bilm-tf does.
-    """
-
-    last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    lstm_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+from .cpu_kernels import cpu_kernels_apply, elmo_forward, gather_words, reverse_words_index
 
 
 class ElmoHighway(nn.Module):
@@ -83,20 +60,16 @@ class ElmoCharacterEncoder(nn.Module):
         )
 
     def forward(self, char_ids):
-        """char_ids: (words, max_characters_per_token) -> (words, projection_dim)."""
-        chars = F.embedding(char_ids, self.char_embedding, padding_idx=0)  # (words, chars, char_dim)
-        # The CNN runs on a few words at a time, so that the responses of its largest bank (filters x positions)
-        # stay near the size of a CPU cache (2x faster than one product over all words, whose responses reach
-        # ~100 MB: RESULTS.md).
-        positions = [chars.shape[1] - conv.kernel_size[0] + 1 for conv in self.convolutions]
-        largest_responses = max(conv.out_channels * count for conv, count in zip(self.convolutions, positions))
-        words_per_piece = max(1, CNN_RESPONSE_BYTES // (largest_responses * chars.element_size()))
-        token = torch.cat([self._convolve(piece) for piece in chars.split(words_per_piece)])  # (words, num_filters)
-        for highway in self.highways:
-            token = highway(token)
-        return self.projection(token) if self.projection is not None else token
+        """char_ids: (..., max_characters_per_token) -> (..., projection_dim)."""
+        chars = self.embed(char_ids)  # (..., chars, char_dim)
+        token = self.convolve(chars.flatten(0, -3))  # (words, num_filters)
+        return self.highway_and_project(token).view(*char_ids.shape[:-1], -1)  # (..., projection_dim)
 
-    def _convolve(self, chars):
+    def embed(self, char_ids):
+        """char_ids (..., chars) -> (..., chars, char_dim); id 0 (padding) is the zero vector."""
+        return F.embedding(char_ids, self.char_embedding, padding_idx=0)
+
+    def convolve(self, chars):
         """chars (words, chars, char_dim) -> (words, num_filters): every filter bank, max over positions, activation."""
         words, _, char_dim = chars.shape
         features = []
@@ -113,10 +86,21 @@ class ElmoCharacterEncoder(nn.Module):
             features.append(self.activation(responses.amax(dim=1) + conv.bias))
         return torch.cat(features, dim=-1)
 
+    def highway_and_project(self, token):
+        """token (words, num_filters) -> (words, projection_dim): the highway layers, then the projection."""
+        for highway in self.highways:
+            token = highway(token)
+        return self.projection(token) if self.projection is not None else token
+
 
 class ElmoBiLstmLayer(nn.Module):
     r"""
-    One layer of ELMo's LSTM for both directions at once, with a projected, clipped output.
+    One layer of ELMo's LSTM for both directions at once, with a projected, clipped output. For each direction and
+    each word `x_t`:
+
+        i, f, g, o = split(x_t W + h_{t-1} U + b)
+        c_t = clip(sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g), cell_clip)
+        h_t = clip((sigmoid(o) * tanh(c_t)) P, proj_clip)
 
     Direction 0 is forward, 1 backward (it reads each row's words reversed). Gates are in PyTorch order
     (input, forget, cell, output); `bias` includes the forget bias.
@@ -133,139 +117,46 @@ class ElmoBiLstmLayer(nn.Module):
         super().__init__()
         # Weights in the (in, out) layout of `x @ weight`: every product reads them as stored, where a transposed
         # view would make the small per-step products several times slower (or cost a copy per call).
-        self.input_weight = nn.Parameter(torch.empty(2, input_dim, 4 * lstm_dim))
-        self.recurrent_weight = nn.Parameter(torch.empty(2, projection_dim, 4 * lstm_dim))
-        self.bias = nn.Parameter(torch.empty(2, 4 * lstm_dim))
-        self.projection_weight = nn.Parameter(torch.empty(2, lstm_dim, projection_dim))
+        self.input_weight = nn.Parameter(torch.empty(2, input_dim, 4 * lstm_dim))  # W
+        self.recurrent_weight = nn.Parameter(torch.empty(2, projection_dim, 4 * lstm_dim))  # U
+        self.bias = nn.Parameter(torch.empty(2, 4 * lstm_dim))  # b
+        self.projection_weight = nn.Parameter(torch.empty(2, lstm_dim, projection_dim))  # P
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
 
     def input_gates(self, inputs):
-        """Each direction's input share of the gates, bias included: `(2, n, input_dim)` -> `(2, n, 4 * lstm_dim)`."""
+        """Each direction's input share of the gates, `x W + b`: `(2, n, input_dim)` -> `(2, n, 4 * lstm_dim)`."""
         return torch.baddbmm(self.bias.unsqueeze(1), inputs, self.input_weight)
 
-    def forward(self, gate_inputs, batch_sizes, cell, hidden, zero_state=False, gate_rows=None):
+    def forward(self, inputs, mask, cell, hidden):
         r"""
         Args:
-            gate_inputs (`(2, words, 4 * lstm_dim)`): `input_gates` of each direction's input, packed step by step:
-                the rows still running at step 0, then at step 1, ... (rows sorted by length, longest first;
-                backward rows reversed). Padding is never stored, so it costs nothing. With `gate_rows`, a table
-                `(2, rows, 4 * lstm_dim)` instead (for example one row per distinct word).
-            batch_sizes (list of ints, one per step): rows still running at each step (a prefix of the batch).
-            cell (`(2, batch, lstm_dim)`), hidden (`(2, batch, projection_dim)`): the initial state.
-            zero_state (bool): the initial state is all zeros, so the first step has no recurrent term.
-            gate_rows (`(2, words)`, optional): for each packed position, its row of the `gate_inputs` table.
+            inputs (`(2, batch, words, input_dim)`): each direction's input, in the order it reads the words.
+            mask (`(batch, words)` bool): real words, right-padded.
+            cell (`(2, batch, lstm_dim)`), hidden (`(2, batch, projection_dim)`): the state before the first word.
 
         Returns:
-            outputs `(2, words, projection_dim)` packed step by step, and the state `(cell, hidden)` after each
-            row's last step.
+            outputs `(2, batch, words, projection_dim)`, 0 at padded positions, and the state `(cell, hidden)` after
+            each row's last word.
         """
-        needs_gradient = torch.is_grad_enabled() and any(
-            tensor.requires_grad for tensor in (gate_inputs, cell, hidden, *self.parameters())
-        )
-        prepacked = not needs_gradient and self._prepacked_products_apply(gate_inputs, batch_sizes)
-        # Per-step views (backward then joins the steps' gradients once, where slicing the whole tensor at every step
-        # would fill a zero gradient of its full size per step): steps x (2, active, 4 * lstm_dim).
-        if gate_rows is None:
-            step_gate_inputs = gate_inputs.split(batch_sizes, dim=1)
-        elif needs_gradient:
-            step_gate_inputs = _pick_rows(gate_inputs, gate_rows).split(batch_sizes, dim=1)
-        else:
-            # Picked step by step, so the packed gate inputs, the largest tensor of a layer, are never stored.
-            step_gate_inputs = (_pick_rows(gate_inputs, rows) for rows in gate_rows.split(batch_sizes, dim=1))
-
-        outputs, ended_cells, ended_hiddens = [], [], []
-        for step, (active, step_gate_input) in enumerate(zip(batch_sizes, step_gate_inputs)):
-            if active < hidden.shape[1]:
-                # Rows past their last word leave the batch; their state is final.
-                ended_cells.append(cell[:, active:])
-                ended_hiddens.append(hidden[:, active:])
-                cell, hidden = cell[:, :active], hidden[:, :active]
-            if step == 0 and zero_state:
-                gates = step_gate_input  # hidden @ recurrent_weight is exactly 0
-            else:
-                gates = self._gates(step_gate_input, hidden, prepacked)  # (2, active, 4 * lstm_dim)
+        batch, words = mask.shape
+        gate_inputs = self.input_gates(inputs.flatten(1, 2)).view(2, batch, words, -1)  # (2, batch, words, 4 * lstm)
+        outputs = []
+        for step_gate_input, running in zip(gate_inputs.unbind(2), mask.t()):
+            gates = torch.baddbmm(step_gate_input, hidden, self.recurrent_weight)  # (2, batch, 4 * lstm_dim)
             input_gate, forget_gate, cell_candidate, output_gate = gates.chunk(4, dim=-1)
-            cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate)
+            new_cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate)
             if self.cell_clip is not None:
-                cell = cell.clamp(-self.cell_clip, self.cell_clip)
-            hidden = self._project(torch.sigmoid(output_gate) * torch.tanh(cell), prepacked)  # (2, active, proj)
+                new_cell = new_cell.clamp(-self.cell_clip, self.cell_clip)
+            new_hidden = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(new_cell), self.projection_weight)
             if self.proj_clip is not None:
-                hidden = hidden.clamp(-self.proj_clip, self.proj_clip)
-            outputs.append(hidden)
-
-        # Rows that ended later sit earlier in the batch: put the ended pieces back in row order.
-        final_cell = torch.cat([cell, *reversed(ended_cells)], dim=1)  # (2, batch, lstm_dim)
-        final_hidden = torch.cat([hidden, *reversed(ended_hiddens)], dim=1)  # (2, batch, projection_dim)
-        return torch.cat(outputs, dim=1), (final_cell, final_hidden)  # outputs (2, words, proj), packed step by step
-
-    def _gates(self, step_gate_input, hidden, prepacked):
-        """`step_gate_input + hidden @ recurrent_weight`, both directions: `(2, active, 4 * lstm_dim)`."""
-        if not prepacked or hidden.shape[1] == 1:
-            # One row: a matrix-vector product, memory-bound; the plain product streams the weight fastest.
-            # (The tail of a sorted batch, where only its longest sentence still runs.)
-            return torch.baddbmm(step_gate_input, hidden, self.recurrent_weight)
-        linear_plus_gate_input = torch.ops.mkldnn._linear_pointwise.binary
-        return torch.stack(
-            [
-                linear_plus_gate_input(hidden[direction], step_gate_input[direction], weight, None, "add")
-                for direction, weight in enumerate(self._prepacked("recurrent_weight"))
-            ]
-        )  # (2, active, 4 * lstm_dim)
-
-    def _project(self, memory, prepacked):
-        """`memory @ projection_weight`, both directions: `(2, active, lstm_dim)` -> `(2, active, projection_dim)`."""
-        if not prepacked:
-            return torch.bmm(memory, self.projection_weight)
-        linear = torch.ops.mkldnn._linear_pointwise
-        return torch.stack(
-            [
-                linear(memory[direction], weight, None, "none", [], "")
-                for direction, weight in enumerate(self._prepacked("projection_weight"))
-            ]
-        )  # (2, active, projection_dim)
-
-    def _prepacked_products_apply(self, gate_inputs, batch_sizes):
-        r"""
-        Whether the per-step products, when nothing needs a gradient (they have none), use weights prepacked for
-        oneDNN (`_prepacked`): float32 on a CPU with oneDNN, and more than one row at the first step.
-
-        A product with a weight packed once runs 1.4-4x faster on a CPU than a `bmm` that repacks the weight at
-        every step (`benchmarks/RESULTS.md`). At one row the products are memory-bound and the plain ones are as
-        fast, so a single sentence never builds the packed copy (168 MB at the original size): a process that
-        embeds one sentence at a time does not hold it.
-        """
-        return (
-            batch_sizes[0] > 1
-            and self.recurrent_weight.device.type == "cpu"
-            and self.recurrent_weight.dtype == torch.float32
-            and gate_inputs.dtype == torch.float32
-            and torch.backends.mkldnn.is_available()
-        )
-
-    def _prepacked(self, name):
-        r"""
-        The weight `name` (`(2, in, out)`) in oneDNN's prepacked layout, one tensor per direction.
-
-        Packed on first use and cached until the weight changes in place (its version counter moves: optimizers,
-        `load_state_dict`, edits under `torch.no_grad()`) or is replaced. An edit through `weight.data` moves no
-        version counter and is not seen. It costs one more copy of the weight in memory.
-        """
-        weight = getattr(self, name)
-        version = (weight.data_ptr(), weight._version)
-        cache = _PREPACKED_WEIGHTS.setdefault(self, {})
-        if name not in cache or cache[name][0] != version:
-            # (in, out) -> oneDNN's layout for `x @ weight`, tuned for batches of ~32 rows.
-            packed = tuple(
-                torch.ops.mkldnn._reorder_linear_weight(direction.t().contiguous(), 32) for direction in weight.detach()
-            )
-            cache[name] = (version, packed)
-        return cache[name][1]
-
-
-# Weights prepacked for oneDNN, by layer (a weak reference: the entry goes with the layer). Kept out of the module so
-# that copying, saving and moving a model never meet an opaque oneDNN tensor.
-_PREPACKED_WEIGHTS = weakref.WeakKeyDictionary()
+                new_hidden = new_hidden.clamp(-self.proj_clip, self.proj_clip)  # (2, batch, projection_dim)
+            # Rows without a word at this step (padding) keep their state, so it ends after their last word.
+            running = running.view(1, batch, 1)
+            cell = torch.where(running, new_cell, cell)
+            hidden = torch.where(running, new_hidden, hidden)
+            outputs.append(new_hidden.masked_fill(~running, 0.0))
+        return torch.stack(outputs, dim=2), (cell, hidden)  # outputs (2, batch, words, projection_dim)
 
 
 class ElmoBiLstm(nn.Module):
@@ -283,13 +174,11 @@ class ElmoBiLstm(nn.Module):
         self.lstm_dim = config.lstm_dim
         self.projection_dim = config.projection_dim
 
-    def forward(self, word_embeddings, word_index, lengths, lstm_states=None, dropout=0.0):
+    def forward(self, inputs, mask, lstm_states=None, dropout=0.0):
         r"""
         Args:
-            word_embeddings (`(distinct words, projection_dim)`): the representation of each distinct word.
-            word_index (`(batch, words)`): the row of `word_embeddings` at each position, right-padded (any value
-                at padding).
-            lengths (`(batch,)`): valid words per row.
+            inputs (`(batch, words, projection_dim)`): the token representation of each word, 0 at padded positions.
+            mask (`(batch, words)` bool): real words, right-padded.
             lstm_states (optional tuple `(cell, hidden)` of shapes `(layers, 2, rows, lstm_dim)` and
                 `(layers, 2, rows, projection_dim)`): the state to start from; zeros when None. As in bilm-tf,
                 `rows` may differ from `batch`: batch row i continues state row i, state rows past the batch are
@@ -300,79 +189,62 @@ class ElmoBiLstm(nn.Module):
             a list with each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at
             padded positions, and the final `(cell, hidden)` state in the shapes above with `max(batch, rows)` rows.
         """
-        batch, words = word_index.shape
-        num_layers = len(self.layers)
-        if lstm_states is None:
-            cells = word_embeddings.new_zeros(num_layers, 2, batch, self.lstm_dim)
-            hiddens = word_embeddings.new_zeros(num_layers, 2, batch, self.projection_dim)
-            carried_cells = carried_hiddens = None
-        else:
-            cells, hiddens = self._checked_states(lstm_states, word_embeddings)
-            # bilm-tf's state variables are sized for the largest batch: a smaller batch reads and writes only the
-            # first rows and leaves the others for later batches; a larger one starts its new rows from zeros.
-            carried_cells, carried_hiddens = cells[:, :, batch:], hiddens[:, :, batch:]  # (layers, 2, rows - batch, dim)
-            missing_rows = batch - cells.shape[2]
-            if missing_rows > 0:
-                cells = torch.cat([cells, cells.new_zeros(num_layers, 2, missing_rows, self.lstm_dim)], dim=2)
-                hiddens = torch.cat([hiddens, hiddens.new_zeros(num_layers, 2, missing_rows, self.projection_dim)], dim=2)
-            cells, hiddens = cells[:, :, :batch], hiddens[:, :, :batch]  # (layers, 2, batch, dim)
-
-        # Longest rows first, so the rows still running at any step are a prefix of the batch.
-        order = torch.argsort(lengths, descending=True, stable=True)
-        sorted_lengths = lengths[order]
-        positions = torch.arange(words, device=lengths.device)
-        max_length = int(sorted_lengths[0]) if batch else 0
-        batch_sizes = (sorted_lengths.unsqueeze(0) > positions[:max_length].unsqueeze(1)).sum(1).tolist()
-        # reverse_index[row, t] reads row's valid words backwards; it is its own inverse.
-        reverse_index = torch.where(
-            positions < sorted_lengths.unsqueeze(1), sorted_lengths.unsqueeze(1) - 1 - positions, positions
-        )  # (batch, words)
-
-        # Each direction's words packed step by step (time-major), without the padding: see ElmoBiLstmLayer.forward.
-        forward_words = word_index[order]  # (batch, words)
-        backward_words = forward_words.gather(1, reverse_index)  # (batch, words)
-        packed = (positions < sorted_lengths.unsqueeze(1)).t()  # (words, batch)
-        packed_words = torch.stack([forward_words, backward_words]).transpose(1, 2)[:, packed]  # (2, valid)
+        batch, words, _ = inputs.shape
+        cells, hiddens, carried = self.initial_states(lstm_states, batch, inputs)  # (layers, 2, batch, dim)
+        reverse_index = reverse_words_index(mask.sum(dim=1), words)  # (batch, words)
+        # Direction 0 reads each row's words in order, direction 1 backwards.
+        layer_input = torch.stack([inputs, gather_words(inputs, reverse_index)])  # (2, batch, words, projection_dim)
 
         layer_outputs, final_cells, final_hiddens = [], [], []
         for index, layer in enumerate(self.layers):
-            if index == 0 and not dropout:
-                # The first layer's input depends on the word alone: its gate inputs are computed once per distinct
-                # word, then picked for every position.
-                gate_inputs = layer.input_gates(word_embeddings.expand(2, -1, -1))  # (2, distinct words, 4 * lstm)
-                gate_rows = packed_words
-            else:
-                if index == 0:
-                    layer_input = _pick_rows(word_embeddings.expand(2, -1, -1), packed_words)  # (2, valid, proj)
-                if dropout:
-                    layer_input = F.dropout(layer_input, dropout, training=True)
-                gate_inputs, gate_rows = layer.input_gates(layer_input), None  # (2, valid words, 4 * lstm_dim)
-            initial_state = (cells[index][:, order], hiddens[index][:, order])
-            output, (cell, hidden) = layer(
-                gate_inputs, batch_sizes, *initial_state, zero_state=lstm_states is None, gate_rows=gate_rows
-            )  # output: (2, valid words, projection_dim)
+            if dropout:
+                layer_input = F.dropout(layer_input, dropout, training=True)
+            output, (cell, hidden) = layer(layer_input, mask, cells[index], hiddens[index])  # (2, batch, words, proj)
             if self.use_skip_connections and index > 0:
                 output = output + layer_input
-            layer_outputs.append(output)
+            # The backward outputs read back in word order: (batch, words, 2 * projection_dim).
+            layer_outputs.append(torch.cat([output[0], gather_words(output[1], reverse_index)], dim=-1))
             final_cells.append(cell)
             final_hiddens.append(hidden)
             layer_input = output
+        return layer_outputs, self.final_states(torch.stack(final_cells), torch.stack(final_hiddens), carried)
 
-        restore = torch.argsort(order)
-        results = []
-        for output in layer_outputs:
-            padded = output.new_zeros(2, words, batch, output.shape[-1])
-            padded[:, packed] = output
-            padded = padded.transpose(1, 2)  # (2, batch, words, projection_dim), 0 at padded positions
-            # reverse_index keeps padded positions in place, so they stay 0.
-            both = torch.cat([padded[0], _gather_words(padded[1], reverse_index)], dim=-1)  # (batch, words, 2 * proj)
-            results.append(both[restore])
-        final_cells = torch.stack(final_cells)[:, :, restore]  # (layers, 2, batch, lstm_dim)
-        final_hiddens = torch.stack(final_hiddens)[:, :, restore]  # (layers, 2, batch, projection_dim)
-        if carried_cells is not None and carried_cells.shape[2]:
-            final_cells = torch.cat([final_cells, carried_cells], dim=2)  # (layers, 2, rows, lstm_dim)
-            final_hiddens = torch.cat([final_hiddens, carried_hiddens], dim=2)  # (layers, 2, rows, projection_dim)
-        return results, (final_cells, final_hiddens)
+    def initial_states(self, lstm_states, batch, like):
+        r"""
+        The state each layer starts from, and the rows of `lstm_states` past the batch.
+
+        Args:
+            lstm_states (optional tuple `(cell, hidden)`): as for `forward`.
+            batch (int): rows of the batch.
+            like (`torch.Tensor`): gives the dtype and device.
+
+        Returns:
+            cells `(layers, 2, batch, lstm_dim)`, hiddens `(layers, 2, batch, projection_dim)`, and the pair of state
+            rows past the batch (None without `lstm_states`), which `final_states` appends unchanged.
+        """
+        num_layers = len(self.layers)
+        if lstm_states is None:
+            cells = like.new_zeros(num_layers, 2, batch, self.lstm_dim)
+            hiddens = like.new_zeros(num_layers, 2, batch, self.projection_dim)
+            return cells, hiddens, None
+        cells, hiddens = self._checked_states(lstm_states, like)
+        # bilm-tf's state variables are sized for the largest batch: a smaller batch reads and writes only the first
+        # rows and leaves the others for later batches; a larger one starts its new rows from zeros.
+        carried = (cells[:, :, batch:], hiddens[:, :, batch:])  # (layers, 2, rows - batch, dim)
+        missing_rows = batch - cells.shape[2]
+        if missing_rows > 0:
+            cells = torch.cat([cells, cells.new_zeros(num_layers, 2, missing_rows, self.lstm_dim)], dim=2)
+            hiddens = torch.cat([hiddens, hiddens.new_zeros(num_layers, 2, missing_rows, self.projection_dim)], dim=2)
+        return cells[:, :, :batch], hiddens[:, :, :batch], carried
+
+    @staticmethod
+    def final_states(cells, hiddens, carried):
+        """The returned `(cell, hidden)`: each batch row's final state `(layers, 2, batch, dim)`, then the carried rows
+        of `initial_states`: `(layers, 2, max(batch, rows), dim)`."""
+        if carried is not None and carried[0].shape[2]:
+            cells = torch.cat([cells, carried[0]], dim=2)  # (layers, 2, rows, lstm_dim)
+            hiddens = torch.cat([hiddens, carried[1]], dim=2)  # (layers, 2, rows, projection_dim)
+        return cells, hiddens
 
     def _checked_states(self, lstm_states, like):
         """The `(cell, hidden)` pair of `lstm_states`, checked: any number of rows, the same in both."""
@@ -390,16 +262,344 @@ class ElmoBiLstm(nn.Module):
         return cells.to(like), hiddens.to(like)
 
 
-def _pick_rows(table, index):
-    """table (2, rows, dim), index (2, n) -> table[direction, index[direction, i]] (2, n, dim)."""
-    rows = table.shape[1]
-    offsets = torch.arange(2, device=index.device).unsqueeze(1) * rows  # (2, 1): direction 1 reads the second half
-    return table.reshape(2 * rows, -1).index_select(0, (index + offsets).flatten()).view(2, index.shape[1], -1)
+class ElmoScalarMix(nn.Module):
+    r"""
+    The task-specific ELMo vector of the paper (eq. 1): `gamma * sum_j softmax(weights)_j * h_j` over the biLM's
+    layers.
+
+    Args:
+        num_layers (int): layers to mix (`num_lstm_layers + 1` for an ELMo biLM).
+        initial_weights (list of `num_layers` floats, optional): the un-normalised weights to start from; zeros
+            (equal weights) when None.
+        trainable (bool, defaults to True): learn the weights and gamma, or keep them at their initial values.
+        do_layer_norm (bool, defaults to False): normalise each layer before mixing, with one mean and one
+            variance over all features of the batch's real words.
+        dropout (float, defaults to 0.0): dropout on the mixed vector.
+        l2_coef (float, defaults to 0.0): coefficient of [`~ElmoScalarMix.l2_penalty`].
+    """
+
+    def __init__(self, num_layers, initial_weights=None, trainable=True, do_layer_norm=False, dropout=0.0, l2_coef=0.0):
+        super().__init__()
+        if initial_weights is None:
+            initial_weights = [0.0] * num_layers
+        if len(initial_weights) != num_layers:
+            raise ValueError(f"initial_weights must have {num_layers} values (one per layer), got {initial_weights!r}")
+        self.initial_weights = [float(weight) for weight in initial_weights]
+        self.trainable = trainable
+        self.weights = nn.Parameter(torch.tensor(self.initial_weights), requires_grad=trainable)
+        self.gamma = nn.Parameter(torch.ones(1), requires_grad=trainable)
+        self.do_layer_norm = do_layer_norm
+        self.dropout = nn.Dropout(dropout)
+        self.l2_coef = l2_coef
+
+    @property
+    def normalized_weights(self):
+        """The layer weights after the softmax, shape `(num_layers,)`."""
+        return torch.softmax(self.weights, dim=0)
+
+    def l2_penalty(self):
+        """`l2_coef * sum(weights ** 2)` on the un-normalised weights (a scalar tensor)."""
+        return self.l2_coef * (self.weights**2).sum()
+
+    def forward(self, layers, mask):
+        r"""
+        Args:
+            layers (sequence of `num_layers` tensors of shape `(batch, words, dim)`): the layers to mix.
+            mask (`torch.BoolTensor` of shape `(batch, words)`): real words; only used by `do_layer_norm`.
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch, words, dim)`.
+        """
+        if len(layers) != len(self.initial_weights):
+            raise ValueError(f"ElmoScalarMix was built for {len(self.initial_weights)} layers, got {len(layers)}")
+        stacked = torch.stack(list(layers))  # (num_layers, batch, words, dim)
+        if self.do_layer_norm:
+            weight = mask.to(stacked.dtype)[None, :, :, None]  # (1, batch, words, 1)
+            count = weight.sum() * stacked.shape[-1]
+            mean = (stacked * weight).sum(dim=(1, 2, 3), keepdim=True) / count  # (num_layers, 1, 1, 1)
+            variance = (((stacked - mean) * weight) ** 2).sum(dim=(1, 2, 3), keepdim=True) / count
+            stacked = (stacked - mean) / torch.sqrt(variance + 1e-12)
+        mixed = (self.normalized_weights[:, None, None, None] * stacked).sum(dim=0)  # (batch, words, dim)
+        return self.dropout(self.gamma * mixed)
 
 
-def _gather_words(sequence, index):
-    """sequence (batch, words, dim), index (batch, words) -> sequence[row, index[row, t]] (batch, words, dim)."""
-    return sequence.gather(1, index.unsqueeze(-1).expand(-1, -1, sequence.shape[-1]))
+class ElmoTaskEncoder(nn.Module):
+    r"""
+    The paper's recipe (section 3.3) for using ELMo in a task model: each word becomes `[x_k; ELMo_k]` (the biLM's
+    context-independent representation and a learned mix of all its layers), optionally runs through a task biLSTM,
+    and optionally gets a second mix at the output, `[h_k; ELMo'_k]`. The biLM runs without gradients when
+    `config.freeze_bilm`.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        num_layers = config.num_lstm_layers + 1
+        mix_options = dict(
+            initial_weights=config.scalar_mix_initial_weights,
+            trainable=config.scalar_mix_trainable,
+            do_layer_norm=config.scalar_mix_do_layer_norm,
+            dropout=config.scalar_mix_dropout,
+            l2_coef=config.scalar_mix_l2_coef,
+        )
+        self.input_mix = ElmoScalarMix(num_layers, **mix_options)
+        self.output_mix = ElmoScalarMix(num_layers, **mix_options) if config.use_output_elmo else None
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.projection_dim = config.projection_dim
+        self.freeze_bilm = config.freeze_bilm
+        input_size = config.projection_dim + config.hidden_size
+        if config.task_encoder_layers > 0:
+            self.lstm = nn.LSTM(
+                input_size,
+                config.task_encoder_hidden_size,
+                num_layers=config.task_encoder_layers,
+                batch_first=True,
+                bidirectional=True,
+            )
+            self.output_size = 2 * config.task_encoder_hidden_size
+        else:
+            self.lstm = None
+            self.output_size = input_size
+        if self.output_mix is not None:
+            self.output_size += config.hidden_size
+
+    def l2_penalty(self):
+        """The scalar mixes' L2 terms, summed (a scalar tensor)."""
+        penalty = self.input_mix.l2_penalty()
+        return penalty if self.output_mix is None else penalty + self.output_mix.l2_penalty()
+
+    def forward(self, elmo, input_ids, attention_mask=None):
+        r"""
+        Args:
+            elmo ([`ElmoModel`]): the head's biLM.
+            input_ids, attention_mask: as for [`ElmoModel`].
+
+        Returns:
+            the features `(batch, words, output_size)`, 0 at padded positions, and the `(batch, words)` bool mask of
+            real words.
+        """
+        mask = elmo.word_mask(input_ids, attention_mask)  # (batch, words)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.freeze_bilm):
+            hidden_states = elmo(input_ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        token = hidden_states[0][..., : self.projection_dim]  # x_k, (batch, words, projection_dim)
+        features = torch.cat([token, self.input_mix(hidden_states, mask)], dim=-1)  # (batch, words, input_size)
+        features = self.dropout(features)
+        if self.lstm is not None:
+            words = features.shape[1]
+            packed = nn.utils.rnn.pack_padded_sequence(
+                features, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False
+            )
+            encoded, _ = self.lstm(packed)
+            features, _ = nn.utils.rnn.pad_packed_sequence(encoded, batch_first=True, total_length=words)
+        if self.output_mix is not None:
+            features = torch.cat([features, self.output_mix(hidden_states, mask)], dim=-1)
+        return self.dropout(features) * mask.unsqueeze(-1), mask
+
+
+class ElmoCrf(nn.Module):
+    r"""
+    A linear-chain CRF over tags: the score of a tag sequence `y` with emissions `e` is
+    `start[y_1] + sum_t e_t[y_t] + sum_t transitions[y_t, y_{t+1}] + end[y_n]`.
+
+    Args:
+        num_tags (int): number of tags.
+    """
+
+    def __init__(self, num_tags):
+        super().__init__()
+        self.start_transitions = nn.Parameter(torch.zeros(num_tags))
+        self.end_transitions = nn.Parameter(torch.zeros(num_tags))
+        self.transitions = nn.Parameter(torch.zeros(num_tags, num_tags))  # [from, to]
+
+    def log_likelihood(self, emissions, tags, mask):
+        r"""
+        Args:
+            emissions (`(batch, steps, num_tags)`), tags (`(batch, steps)` ints), mask (`(batch, steps)` bool,
+                left-aligned: each row's steps come first, every row has at least one).
+
+        Returns:
+            `(batch,)` log-probability of each row's tags.
+        """
+        batch = torch.arange(emissions.shape[0], device=emissions.device)
+        tags = tags.masked_fill(~mask, 0)
+        score = self.start_transitions[tags[:, 0]] + emissions[batch, 0, tags[:, 0]]
+        log_partition = self.start_transitions + emissions[:, 0]  # (batch, num_tags)
+        for step in range(1, emissions.shape[1]):
+            active = mask[:, step]
+            step_score = self.transitions[tags[:, step - 1], tags[:, step]] + emissions[batch, step, tags[:, step]]
+            score = score + step_score * active
+            # (batch, from, 1) + (from, to) + (batch, 1, to), summed over `from`.
+            extended = torch.logsumexp(
+                log_partition.unsqueeze(2) + self.transitions + emissions[:, step].unsqueeze(1), dim=1
+            )  # (batch, num_tags)
+            log_partition = torch.where(active.unsqueeze(1), extended, log_partition)
+        last_tags = tags[batch, mask.sum(dim=1) - 1]
+        score = score + self.end_transitions[last_tags]
+        return score - torch.logsumexp(log_partition + self.end_transitions, dim=1)
+
+    def decode(self, emissions, mask):
+        r"""
+        Viterbi decoding.
+
+        Args:
+            emissions (`(batch, steps, num_tags)`), mask (`(batch, steps)` bool, left-aligned).
+
+        Returns:
+            a list with each row's best tag sequence (a list of `mask[row].sum()` ints).
+        """
+        best = self.start_transitions + emissions[:, 0]  # (batch, num_tags)
+        backpointers = []
+        for step in range(1, emissions.shape[1]):
+            candidates = best.unsqueeze(2) + self.transitions  # (batch, from, to)
+            step_best, step_pointer = candidates.max(dim=1)  # (batch, to)
+            active = mask[:, step].unsqueeze(1)
+            best = torch.where(active, step_best + emissions[:, step], best)
+            backpointers.append(step_pointer)
+        best = best + self.end_transitions
+        paths = []
+        for row, length in enumerate(mask.sum(dim=1).tolist()):
+            tag = int(best[row].argmax())
+            path = [tag]
+            for pointer in reversed(backpointers[: length - 1]):
+                tag = int(pointer[row, tag])
+                path.append(tag)
+            paths.append(path[::-1])
+        return paths
+
+
+def _left_align(mask):
+    """For a `(batch, words)` bool mask, the `(batch, words)` index that moves each row's True positions first (in
+    order), and the left-aligned mask."""
+    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # (batch, words)
+    aligned = torch.arange(mask.shape[1], device=mask.device) < mask.sum(dim=1, keepdim=True)
+    return order, aligned
+
+
+def _check_num_labels(config, head_name):
+    if not config.num_labels:
+        raise ValueError(f"{head_name} needs config.num_labels (or id2label), got num_labels={config.num_labels!r}")
+    return config.num_labels
+
+
+class ElmoLogUniformSampler:
+    r"""
+    Draws softmax negatives from the log-uniform (Zipfian) distribution over a vocabulary sorted by decreasing
+    frequency, `P(k) = log((k + 2) / (k + 1)) / log(V + 1)`, without repeats, and reports each candidate's expected
+    count as TensorFlow's `log_uniform_candidate_sampler(unique=True)` defines it: after `tries` draws,
+    `1 - (1 - P(k)) ** tries`. Drawing all V classes includes each with probability 1 (expected count 1).
+
+    Args:
+        vocab_size (int): V.
+    """
+
+    def __init__(self, vocab_size):
+        self.vocab_size = vocab_size
+        # On the CPU even when the model is built on the meta device (from_pretrained): this is no parameter.
+        ids = torch.arange(vocab_size, dtype=torch.float64, device="cpu")
+        self.log_probabilities = torch.log(torch.log1p(1.0 / (ids + 1.0)) / math.log(vocab_size + 1.0))  # (V,)
+
+    def sample(self, num_sampled, generator=None):
+        """Returns `num_sampled` distinct class ids `(num_sampled,)` and the number of draws it took."""
+        if num_sampled == self.vocab_size:
+            return torch.arange(self.vocab_size), None
+        draws = torch.empty(0, dtype=torch.long)
+        while True:
+            uniform = torch.rand(2 * num_sampled, dtype=torch.float64, generator=generator)
+            # Inverse CDF of the log-uniform distribution: floor((V + 1) ** u) - 1.
+            new = (torch.exp(uniform * math.log(self.vocab_size + 1.0)).floor().long() - 1).clamp(0, self.vocab_size - 1)
+            draws = torch.cat([draws, new])
+            values, inverse = torch.unique(draws, return_inverse=True)
+            if len(values) >= num_sampled:
+                break
+        # First draw of each distinct value, in drawing order; the num_sampled-th one ends the sampling.
+        positions = torch.arange(len(draws))
+        first_draw = torch.full((len(values),), len(draws)).scatter_reduce(0, inverse, positions, reduce="amin")
+        first_draw = first_draw.sort().values[:num_sampled]
+        return draws[first_draw], int(first_draw[-1]) + 1
+
+    def log_expected_counts(self, ids, tries):
+        """log of the expected count of each class in `ids` (any shape) after `tries` draws (None: all drawn)."""
+        if tries is None:
+            return torch.zeros(ids.shape, dtype=torch.float64)
+        # 1 - (1 - p) ** tries, computed as -expm1(tries * log1p(-p)) to stay exact for tiny p.
+        return torch.log(-torch.expm1(tries * torch.log1p(-torch.exp(self.log_probabilities[ids]))))
+
+
+def elmo_sampled_softmax_loss(hidden, targets, weight, bias, sampled, log_expected_targets, log_expected_sampled):
+    r"""
+    Sampled softmax cross-entropy, as TensorFlow's `sampled_softmax_loss` with `remove_accidental_hits=True`:
+    each logit is lowered by the log of its class's expected count, and a negative equal to the row's target is
+    removed.
+
+    Args:
+        hidden (`(N, projection_dim)`): the states predicting the targets.
+        targets (`(N,)`): target class ids.
+        weight (`(V, projection_dim)`), bias (`(V,)`): the softmax.
+        sampled (`(S,)`): negative class ids shared by all rows.
+        log_expected_targets (`(N,)`), log_expected_sampled (`(S,)`): log expected counts of the classes.
+
+    Returns:
+        the mean loss over the N rows, a scalar.
+    """
+    target_logits = (hidden * weight[targets]).sum(-1) + bias[targets] - log_expected_targets  # (N,)
+    sampled_logits = hidden @ weight[sampled].T + bias[sampled] - log_expected_sampled  # (N, S)
+    accidental_hits = targets.unsqueeze(1) == sampled.unsqueeze(0)  # (N, S)
+    sampled_logits = sampled_logits.masked_fill(accidental_hits, torch.finfo(sampled_logits.dtype).min)
+    logits = torch.cat([target_logits.unsqueeze(1), sampled_logits], dim=1)  # (N, 1 + S), target in column 0
+    return F.cross_entropy(logits, targets.new_zeros(len(targets)))
+
+
+@dataclass
+class ElmoModelOutput(ModelOutput):
+    r"""
+    Outputs of [`ElmoModel`]. W counts the words of the input, sentence boundaries included.
+
+    Args:
+        last_hidden_state (`torch.FloatTensor` of shape `(batch, W, 2 * projection_dim)`):
+            the top LSTM layer, `[forward; backward]`; 0 at padded positions.
+        hidden_states (tuple of `num_lstm_layers + 1` `torch.FloatTensor`s of shape `(batch, W, 2 * projection_dim)`,
+            returned when `output_hidden_states=True`): layer 0 is the context-independent token representation
+            duplicated, `[x; x]`, then every LSTM layer; 0 at padded positions.
+        lstm_states (tuple of two `torch.FloatTensor`s): the LSTM state after each row's last word,
+            `cell` of shape `(num_lstm_layers, 2, rows, lstm_dim)` and `hidden` of shape
+            `(num_lstm_layers, 2, rows, projection_dim)` (direction 0 is forward, 1 backward), where `rows` is
+            `max(batch, rows of the lstm_states passed in)`: rows of a passed state past the batch are carried
+            through unchanged. Pass it as `lstm_states` to the next call to continue each row where it stopped,
+            as bilm-tf does.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    lstm_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+
+
+@dataclass
+class ElmoForPreTrainingOutput(ModelOutput):
+    r"""
+    Outputs of [`ElmoForPreTraining`]. W counts the words of the input, sentence boundaries included; V is
+    `config.vocab_size`.
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, returned when `labels` are given):
+            `(forward_loss + backward_loss) / 2`.
+        forward_loss (`torch.FloatTensor` of shape `()`, returned when `labels` are given): mean negative
+            log-likelihood of every next word (the full softmax in eval mode, the sampled one in training).
+        backward_loss (`torch.FloatTensor` of shape `()`, returned when `labels` are given): the same for every
+            previous word.
+        forward_logits (`torch.FloatTensor` of shape `(batch, W, V)`, returned when `return_logits=True`):
+            position t scores the word at t + 1 from the top forward state at t.
+        backward_logits (`torch.FloatTensor` of shape `(batch, W, V)`, returned when `return_logits=True`):
+            position t scores the word at t - 1 from the top backward state at t.
+        last_hidden_state (`torch.FloatTensor` of shape `(batch, W, 2 * projection_dim)`): as in [`ElmoModelOutput`].
+        lstm_states (tuple of two `torch.FloatTensor`s): as in [`ElmoModelOutput`], to continue each row.
+    """
+
+    loss: torch.FloatTensor | None = None
+    forward_loss: torch.FloatTensor | None = None
+    backward_loss: torch.FloatTensor | None = None
+    forward_logits: torch.FloatTensor | None = None
+    backward_logits: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+    lstm_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
 
 
 class ElmoPreTrainedModel(PreTrainedModel):
@@ -514,7 +714,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         def is_elmo_parameter(name):  # "encoder.layers.0.bias" in ElmoModel, "elmo.encoder.layers.0.bias" in a head
             return name.removeprefix(f"{self.base_model_prefix}.").startswith(_ELMO_SUBMODULES)
 
-        for name, file_shape, expected_shape in sorted(loading_info["mismatched_keys"]):
+        for name, file_shape, expected_shape in sorted(_mismatched_keys(loading_info)):
             if is_elmo_parameter(name) or not allow_mismatched_heads:
                 raise ValueError(
                     f"{source}: config.json contradicts model.safetensors: '{name}' has shape {tuple(file_shape)} in "
@@ -546,11 +746,29 @@ _CONFIG_FIELDS_BY_PARAMETER = {
 }
 
 
+def _mismatched_keys(loading_info):
+    """The `(name, shape in the file, shape the model expects)` triples of `from_pretrained`'s
+    `loading_info["mismatched_keys"]`. transformers does not document that format (tests/test_transformers_contract.py
+    pins it): a change is named here instead of misread."""
+    entries = loading_info.get("mismatched_keys")
+    well_formed = entries is not None and all(
+        isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[0], str) for entry in entries
+    )
+    if not well_formed:
+        raise RuntimeError(
+            "transformers changed the format of from_pretrained's loading_info['mismatched_keys'] (expected "
+            f"(name, file shape, expected shape) triples, got {entries!r}): elmo-hf needs an update"
+        )
+    return entries
+
+
 def _config_fields_of(parameter_name):
     for part, fields in _CONFIG_FIELDS_BY_PARAMETER.items():
         if part in parameter_name:
             return fields
     return "the config"
+
+
 
 
 class ElmoModel(ElmoPreTrainedModel):
@@ -565,15 +783,15 @@ class ElmoModel(ElmoPreTrainedModel):
         self.encoder = ElmoBiLstm(config)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
         attention_mask=None,
         output_hidden_states=None,
-        return_dict=None,
         lstm_states=None,
         lstm_dropout=0.0,
-        **kwargs,
+        token_cache=None,
     ):
         r"""
         Args:
@@ -582,13 +800,16 @@ class ElmoModel(ElmoPreTrainedModel):
             attention_mask (`torch.LongTensor` of shape `(batch, words)`, optional): 1 for words, 0 for padding,
                 which must come after each row's words. Derived from `input_ids` when not given.
             output_hidden_states (bool, optional): also return every layer in `hidden_states`.
-            return_dict (bool, optional): return an [`ElmoModelOutput`] (default) or a tuple.
             lstm_states (tuple `(cell, hidden)`, optional): continue each row from this LSTM state (the
                 `lstm_states` of the previous output) instead of from zeros. As in bilm-tf, the batch may be
                 smaller or larger than the state: row i continues state row i, state rows past the batch are
                 returned unchanged, and new rows start from zeros; the returned state has `max(batch, rows)` rows.
             lstm_dropout (float, defaults to 0.0): dropout on every LSTM layer's input, applied whatever the
                 module's mode; [`ElmoForPreTraining`] passes `config.pretraining_dropout` while training.
+            token_cache (module, optional): maps character ids `(..., max_characters_per_token)` to token vectors
+                `(..., projection_dim)` in place of the character encoder, e.g. an [`ElmoTokenCache`] of known words
+                (passed per call, so one model serves callers with and without a cache at once).
+            return_dict (bool, optional): return an [`ElmoModelOutput`] (default) or a tuple.
 
         Returns:
             [`ElmoModelOutput`].
@@ -596,28 +817,24 @@ class ElmoModel(ElmoPreTrainedModel):
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
-        mask = self._word_mask(input_ids, attention_mask)
-        lengths = mask.sum(dim=1)
-
-        batch, words, _ = input_ids.shape
-        # The character encoder runs once per distinct word of the batch (frequent words repeat a lot).
-        distinct_words, distinct_index = torch.unique(input_ids[mask], dim=0, return_inverse=True)
-        word_embeddings = self.character_encoder(distinct_words)  # (distinct words, projection_dim)
-        word_index = torch.zeros_like(mask, dtype=torch.long).masked_scatter(mask, distinct_index)  # (batch, words)
-        token_layer = word_embeddings[word_index].masked_fill(~mask.unsqueeze(-1), 0.0)  # (batch, words, proj)
-        lstm_layers, final_state = self.encoder(word_embeddings, word_index, lengths, lstm_states, dropout=lstm_dropout)
+        mask = self.word_mask(input_ids, attention_mask)  # (batch, words)
+        # The one choice between the two paths: the CPU kernels compute the same math without gradients.
+        if cpu_kernels_apply(self, input_ids, lstm_states, lstm_dropout):
+            token_layer, lstm_layers, final_state = elmo_forward(self, input_ids, mask, lstm_states, token_cache)
+        else:
+            encode_words = self.character_encoder if token_cache is None else token_cache
+            token_layer = encode_words(input_ids).masked_fill(~mask.unsqueeze(-1), 0.0)  # (batch, words, proj)
+            lstm_layers, final_state = self.encoder(token_layer, mask, lstm_states, dropout=lstm_dropout)
 
         hidden_states = (torch.cat([token_layer, token_layer], dim=-1), *lstm_layers)  # each (batch, words, 2*proj)
-        output = ElmoModelOutput(
+        return ElmoModelOutput(
             last_hidden_state=lstm_layers[-1],
             hidden_states=hidden_states if output_hidden_states else None,
             lstm_states=final_state,
         )
-        return output if return_dict else output.to_tuple()
 
-    def _word_mask(self, input_ids, attention_mask):
-        """(batch, words) bool mask of real words, after checking the inputs' shapes and padding side."""
+    def word_mask(self, input_ids, attention_mask=None):
+        """The `(batch, words)` bool mask of real words, after checking the inputs' shapes, values and padding side."""
         if input_ids is None:
             raise ValueError("input_ids is required")
         if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.dtype == torch.bool:
@@ -656,104 +873,6 @@ class ElmoModel(ElmoPreTrainedModel):
         return mask
 
 
-@dataclass
-class ElmoForPreTrainingOutput(ModelOutput):
-    r"""
-    Outputs of [`ElmoForPreTraining`]. W counts the words of the input, sentence boundaries included; V is
-    `config.vocab_size`.
-
-    Args:
-        loss (`torch.FloatTensor` of shape `()`, returned when `labels` are given):
-            `(forward_loss + backward_loss) / 2`.
-        forward_loss (`torch.FloatTensor` of shape `()`, returned when `labels` are given): mean negative
-            log-likelihood of every next word (the full softmax in eval mode, the sampled one in training).
-        backward_loss (`torch.FloatTensor` of shape `()`, returned when `labels` are given): the same for every
-            previous word.
-        forward_logits (`torch.FloatTensor` of shape `(batch, W, V)`, returned when `return_logits=True`):
-            position t scores the word at t + 1 from the top forward state at t.
-        backward_logits (`torch.FloatTensor` of shape `(batch, W, V)`, returned when `return_logits=True`):
-            position t scores the word at t - 1 from the top backward state at t.
-        last_hidden_state (`torch.FloatTensor` of shape `(batch, W, 2 * projection_dim)`): as in [`ElmoModelOutput`].
-        lstm_states (tuple of two `torch.FloatTensor`s): as in [`ElmoModelOutput`], to continue each row.
-    """
-
-    loss: torch.FloatTensor | None = None
-    forward_loss: torch.FloatTensor | None = None
-    backward_loss: torch.FloatTensor | None = None
-    forward_logits: torch.FloatTensor | None = None
-    backward_logits: torch.FloatTensor | None = None
-    last_hidden_state: torch.FloatTensor | None = None
-    lstm_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
-
-
-class ElmoLogUniformSampler:
-    r"""
-    Draws softmax negatives from the log-uniform (Zipfian) distribution over a vocabulary sorted by decreasing
-    frequency, `P(k) = log((k + 2) / (k + 1)) / log(V + 1)`, without repeats, and reports each candidate's expected
-    count as TensorFlow's `log_uniform_candidate_sampler(unique=True)` defines it: after `tries` draws,
-    `1 - (1 - P(k)) ** tries`. Drawing all V classes includes each with probability 1 (expected count 1).
-
-    Args:
-        vocab_size (int): V.
-    """
-
-    def __init__(self, vocab_size):
-        self.vocab_size = vocab_size
-        # On the CPU even when the model is built on the meta device (from_pretrained): this is no parameter.
-        ids = torch.arange(vocab_size, dtype=torch.float64, device="cpu")
-        self.log_probabilities = torch.log(torch.log1p(1.0 / (ids + 1.0)) / math.log(vocab_size + 1.0))  # (V,)
-
-    def sample(self, num_sampled, generator=None):
-        """Returns `num_sampled` distinct class ids `(num_sampled,)` and the number of draws it took."""
-        if num_sampled == self.vocab_size:
-            return torch.arange(self.vocab_size), None
-        draws = torch.empty(0, dtype=torch.long)
-        while True:
-            uniform = torch.rand(2 * num_sampled, dtype=torch.float64, generator=generator)
-            # Inverse CDF of the log-uniform distribution: floor((V + 1) ** u) - 1.
-            new = (torch.exp(uniform * math.log(self.vocab_size + 1.0)).floor().long() - 1).clamp(0, self.vocab_size - 1)
-            draws = torch.cat([draws, new])
-            values, inverse = torch.unique(draws, return_inverse=True)
-            if len(values) >= num_sampled:
-                break
-        # First draw of each distinct value, in drawing order; the num_sampled-th one ends the sampling.
-        positions = torch.arange(len(draws))
-        first_draw = torch.full((len(values),), len(draws)).scatter_reduce(0, inverse, positions, reduce="amin")
-        first_draw = first_draw.sort().values[:num_sampled]
-        return draws[first_draw], int(first_draw[-1]) + 1
-
-    def log_expected_counts(self, ids, tries):
-        """log of the expected count of each class in `ids` (any shape) after `tries` draws (None: all drawn)."""
-        if tries is None:
-            return torch.zeros(ids.shape, dtype=torch.float64)
-        # 1 - (1 - p) ** tries, computed as -expm1(tries * log1p(-p)) to stay exact for tiny p.
-        return torch.log(-torch.expm1(tries * torch.log1p(-torch.exp(self.log_probabilities[ids]))))
-
-
-def elmo_sampled_softmax_loss(hidden, targets, weight, bias, sampled, log_expected_targets, log_expected_sampled):
-    r"""
-    Sampled softmax cross-entropy, as TensorFlow's `sampled_softmax_loss` with `remove_accidental_hits=True`:
-    each logit is lowered by the log of its class's expected count, and a negative equal to the row's target is
-    removed.
-
-    Args:
-        hidden (`(N, projection_dim)`): the states predicting the targets.
-        targets (`(N,)`): target class ids.
-        weight (`(V, projection_dim)`), bias (`(V,)`): the softmax.
-        sampled (`(S,)`): negative class ids shared by all rows.
-        log_expected_targets (`(N,)`), log_expected_sampled (`(S,)`): log expected counts of the classes.
-
-    Returns:
-        the mean loss over the N rows, a scalar.
-    """
-    target_logits = (hidden * weight[targets]).sum(-1) + bias[targets] - log_expected_targets  # (N,)
-    sampled_logits = hidden @ weight[sampled].T + bias[sampled] - log_expected_sampled  # (N, S)
-    accidental_hits = targets.unsqueeze(1) == sampled.unsqueeze(0)  # (N, S)
-    sampled_logits = sampled_logits.masked_fill(accidental_hits, torch.finfo(sampled_logits.dtype).min)
-    logits = torch.cat([target_logits.unsqueeze(1), sampled_logits], dim=1)  # (N, 1 + S), target in column 0
-    return F.cross_entropy(logits, targets.new_zeros(len(targets)))
-
-
 class ElmoForPreTraining(ElmoPreTrainedModel):
     r"""
     The ELMo biLM with its language-model softmax: one softmax (`lm_head`, weight `(vocab_size, projection_dim)`
@@ -762,10 +881,6 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     / 2`. In training mode with `config.num_sampled_negatives > 0` the losses use a sampled softmax (log-uniform
     negatives, see [`ElmoLogUniformSampler`]); in eval mode always the full softmax.
     """
-
-    # The loss is a mean over this batch's targets and takes no `num_items_in_batch`: without this flag the Trainer
-    # (seeing `**kwargs` in `forward`) would scale the loss by the number of processes.
-    accepts_loss_kwargs = False
 
     def __init__(self, config):
         super().__init__(config)
@@ -776,6 +891,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         self.sampler = ElmoLogUniformSampler(config.vocab_size)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -783,8 +899,6 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         labels=None,
         lstm_states=None,
         return_logits=False,
-        return_dict=None,
-        **kwargs,
     ):
         r"""
         Args:
@@ -803,10 +917,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         Returns:
             [`ElmoForPreTrainingOutput`].
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         dropout = self.config.pretraining_dropout if self.training else 0.0
         outputs = self.elmo(
-            input_ids, attention_mask=attention_mask, lstm_states=lstm_states, lstm_dropout=dropout, return_dict=True
+            input_ids, attention_mask=attention_mask, lstm_states=lstm_states, lstm_dropout=dropout
         )
         top = outputs.last_hidden_state  # (batch, W, 2 * projection_dim)
         if dropout:
@@ -833,7 +946,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             backward_loss = self._direction_loss(backward_states[:, 1:], backward_targets)
             loss = (forward_loss + backward_loss) / 2
 
-        output = ElmoForPreTrainingOutput(
+        return ElmoForPreTrainingOutput(
             loss=loss,
             forward_loss=forward_loss,
             backward_loss=backward_loss,
@@ -842,7 +955,6 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             last_hidden_state=top,
             lstm_states=outputs.lstm_states,
         )
-        return output if return_dict else output.to_tuple()
 
     def _init_weights(self, module):
         if module is self.lm_head:
@@ -875,231 +987,6 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         )
 
 
-class ElmoScalarMix(nn.Module):
-    r"""
-    The task-specific ELMo vector of the paper (eq. 1): `gamma * sum_j softmax(weights)_j * h_j` over the biLM's
-    layers.
-
-    Args:
-        num_layers (int): layers to mix (`num_lstm_layers + 1` for an ELMo biLM).
-        initial_weights (list of `num_layers` floats, optional): the un-normalised weights to start from; zeros
-            (equal weights) when None.
-        trainable (bool, defaults to True): learn the weights and gamma, or keep them at their initial values.
-        do_layer_norm (bool, defaults to False): normalise each layer before mixing, with one mean and one
-            variance over all features of the batch's real words.
-        dropout (float, defaults to 0.0): dropout on the mixed vector.
-        l2_coef (float, defaults to 0.0): coefficient of [`~ElmoScalarMix.l2_penalty`].
-    """
-
-    def __init__(self, num_layers, initial_weights=None, trainable=True, do_layer_norm=False, dropout=0.0, l2_coef=0.0):
-        super().__init__()
-        if initial_weights is None:
-            initial_weights = [0.0] * num_layers
-        if len(initial_weights) != num_layers:
-            raise ValueError(f"initial_weights must have {num_layers} values (one per layer), got {initial_weights!r}")
-        self.initial_weights = [float(weight) for weight in initial_weights]
-        self.trainable = trainable
-        self.weights = nn.Parameter(torch.tensor(self.initial_weights), requires_grad=trainable)
-        self.gamma = nn.Parameter(torch.ones(1), requires_grad=trainable)
-        self.do_layer_norm = do_layer_norm
-        self.dropout = nn.Dropout(dropout)
-        self.l2_coef = l2_coef
-
-    @property
-    def normalized_weights(self):
-        """The layer weights after the softmax, shape `(num_layers,)`."""
-        return torch.softmax(self.weights, dim=0)
-
-    def l2_penalty(self):
-        """`l2_coef * sum(weights ** 2)` on the un-normalised weights (a scalar tensor)."""
-        return self.l2_coef * (self.weights**2).sum()
-
-    def forward(self, layers, mask):
-        r"""
-        Args:
-            layers (sequence of `num_layers` tensors of shape `(batch, words, dim)`): the layers to mix.
-            mask (`torch.BoolTensor` of shape `(batch, words)`): real words; only used by `do_layer_norm`.
-
-        Returns:
-            `torch.FloatTensor` of shape `(batch, words, dim)`.
-        """
-        if len(layers) != len(self.initial_weights):
-            raise ValueError(f"ElmoScalarMix was built for {len(self.initial_weights)} layers, got {len(layers)}")
-        stacked = torch.stack(list(layers))  # (num_layers, batch, words, dim)
-        if self.do_layer_norm:
-            weight = mask.to(stacked.dtype)[None, :, :, None]  # (1, batch, words, 1)
-            count = weight.sum() * stacked.shape[-1]
-            mean = (stacked * weight).sum(dim=(1, 2, 3), keepdim=True) / count  # (num_layers, 1, 1, 1)
-            variance = (((stacked - mean) * weight) ** 2).sum(dim=(1, 2, 3), keepdim=True) / count
-            stacked = (stacked - mean) / torch.sqrt(variance + 1e-12)
-        mixed = (self.normalized_weights[:, None, None, None] * stacked).sum(dim=0)  # (batch, words, dim)
-        return self.dropout(self.gamma * mixed)
-
-
-class ElmoTaskEncoder(nn.Module):
-    r"""
-    The paper's recipe (section 3.3) for using ELMo in a task model: each word becomes `[x_k; ELMo_k]` (the biLM's
-    context-independent representation and a learned mix of all its layers), optionally runs through a task biLSTM,
-    and optionally gets a second mix at the output, `[h_k; ELMo'_k]`.
-    """
-
-    def __init__(self, config):
-        super().__init__()
-        num_layers = config.num_lstm_layers + 1
-        mix_options = dict(
-            initial_weights=config.scalar_mix_initial_weights,
-            trainable=config.scalar_mix_trainable,
-            do_layer_norm=config.scalar_mix_do_layer_norm,
-            dropout=config.scalar_mix_dropout,
-            l2_coef=config.scalar_mix_l2_coef,
-        )
-        self.input_mix = ElmoScalarMix(num_layers, **mix_options)
-        self.output_mix = ElmoScalarMix(num_layers, **mix_options) if config.use_output_elmo else None
-        self.dropout = nn.Dropout(config.classifier_dropout)
-        self.projection_dim = config.projection_dim
-        input_size = config.projection_dim + config.hidden_size
-        if config.task_encoder_layers > 0:
-            self.lstm = nn.LSTM(
-                input_size,
-                config.task_encoder_hidden_size,
-                num_layers=config.task_encoder_layers,
-                batch_first=True,
-                bidirectional=True,
-            )
-            self.output_size = 2 * config.task_encoder_hidden_size
-        else:
-            self.lstm = None
-            self.output_size = input_size
-        if self.output_mix is not None:
-            self.output_size += config.hidden_size
-
-    def l2_penalty(self):
-        """The scalar mixes' L2 terms, summed (a scalar tensor)."""
-        penalty = self.input_mix.l2_penalty()
-        return penalty if self.output_mix is None else penalty + self.output_mix.l2_penalty()
-
-    def forward(self, hidden_states, mask):
-        r"""
-        Args:
-            hidden_states (tuple of `num_lstm_layers + 1` tensors `(batch, words, 2 * projection_dim)`): every biLM
-                layer, as in [`ElmoModelOutput`].
-            mask (`torch.BoolTensor` of shape `(batch, words)`): real words, right-padded.
-
-        Returns:
-            `torch.FloatTensor` of shape `(batch, words, output_size)`, 0 at padded positions.
-        """
-        token = hidden_states[0][..., : self.projection_dim]  # x_k, (batch, words, projection_dim)
-        features = torch.cat([token, self.input_mix(hidden_states, mask)], dim=-1)  # (batch, words, input_size)
-        features = self.dropout(features)
-        if self.lstm is not None:
-            words = features.shape[1]
-            packed = nn.utils.rnn.pack_padded_sequence(
-                features, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False
-            )
-            encoded, _ = self.lstm(packed)
-            features, _ = nn.utils.rnn.pad_packed_sequence(encoded, batch_first=True, total_length=words)
-        if self.output_mix is not None:
-            features = torch.cat([features, self.output_mix(hidden_states, mask)], dim=-1)
-        return self.dropout(features) * mask.unsqueeze(-1)
-
-
-class ElmoCrf(nn.Module):
-    r"""
-    A linear-chain CRF over tags: the score of a tag sequence `y` with emissions `e` is
-    `start[y_1] + sum_t e_t[y_t] + sum_t transitions[y_t, y_{t+1}] + end[y_n]`.
-
-    Args:
-        num_tags (int): number of tags.
-    """
-
-    def __init__(self, num_tags):
-        super().__init__()
-        self.start_transitions = nn.Parameter(torch.zeros(num_tags))
-        self.end_transitions = nn.Parameter(torch.zeros(num_tags))
-        self.transitions = nn.Parameter(torch.zeros(num_tags, num_tags))  # [from, to]
-
-    def log_likelihood(self, emissions, tags, mask):
-        r"""
-        Args:
-            emissions (`(batch, steps, num_tags)`), tags (`(batch, steps)` ints), mask (`(batch, steps)` bool,
-                left-aligned: each row's steps come first, every row has at least one).
-
-        Returns:
-            `(batch,)` log-probability of each row's tags.
-        """
-        batch = torch.arange(emissions.shape[0], device=emissions.device)
-        tags = tags.masked_fill(~mask, 0)
-        score = self.start_transitions[tags[:, 0]] + emissions[batch, 0, tags[:, 0]]
-        log_partition = self.start_transitions + emissions[:, 0]  # (batch, num_tags)
-        for step in range(1, emissions.shape[1]):
-            active = mask[:, step]
-            step_score = self.transitions[tags[:, step - 1], tags[:, step]] + emissions[batch, step, tags[:, step]]
-            score = score + step_score * active
-            # (batch, from, 1) + (from, to) + (batch, 1, to), summed over `from`.
-            extended = torch.logsumexp(
-                log_partition.unsqueeze(2) + self.transitions + emissions[:, step].unsqueeze(1), dim=1
-            )  # (batch, num_tags)
-            log_partition = torch.where(active.unsqueeze(1), extended, log_partition)
-        last_tags = tags[batch, mask.sum(dim=1) - 1]
-        score = score + self.end_transitions[last_tags]
-        return score - torch.logsumexp(log_partition + self.end_transitions, dim=1)
-
-    def decode(self, emissions, mask):
-        r"""
-        Viterbi decoding.
-
-        Args:
-            emissions (`(batch, steps, num_tags)`), mask (`(batch, steps)` bool, left-aligned).
-
-        Returns:
-            a list with each row's best tag sequence (a list of `mask[row].sum()` ints).
-        """
-        best = self.start_transitions + emissions[:, 0]  # (batch, num_tags)
-        backpointers = []
-        for step in range(1, emissions.shape[1]):
-            candidates = best.unsqueeze(2) + self.transitions  # (batch, from, to)
-            step_best, step_pointer = candidates.max(dim=1)  # (batch, to)
-            active = mask[:, step].unsqueeze(1)
-            best = torch.where(active, step_best + emissions[:, step], best)
-            backpointers.append(step_pointer)
-        best = best + self.end_transitions
-        paths = []
-        for row, length in enumerate(mask.sum(dim=1).tolist()):
-            tag = int(best[row].argmax())
-            path = [tag]
-            for pointer in reversed(backpointers[: length - 1]):
-                tag = int(pointer[row, tag])
-                path.append(tag)
-            paths.append(path[::-1])
-        return paths
-
-
-def _left_align(mask):
-    """For a `(batch, words)` bool mask, the `(batch, words)` index that moves each row's True positions first (in
-    order), and the left-aligned mask."""
-    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # (batch, words)
-    aligned = torch.arange(mask.shape[1], device=mask.device) < mask.sum(dim=1, keepdim=True)
-    return order, aligned
-
-
-def _check_num_labels(config, head_name):
-    if not config.num_labels:
-        raise ValueError(f"{head_name} needs config.num_labels (or id2label), got num_labels={config.num_labels!r}")
-    return config.num_labels
-
-
-def _encode_words(model, input_ids, attention_mask):
-    """Run a head's biLM and task encoder: `(batch, words, output_size)` features and the `(batch, words)` mask."""
-    mask = model.elmo._word_mask(input_ids, attention_mask)
-    with torch.set_grad_enabled(torch.is_grad_enabled() and not model.config.freeze_bilm):
-        bilm = model.elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
-    return model.task_encoder(bilm.hidden_states, mask), mask
-
-
-def _with_l2_penalty(model, loss):
-    return loss + model.task_encoder.l2_penalty() if model.config.scalar_mix_l2_coef > 0 else loss
-
-
 class ElmoForTokenClassification(ElmoPreTrainedModel):
     r"""
     ELMo for tagging (NER, POS, chunking): `[x_k; ELMo_k]` -> optional task biLSTM -> optional `[h_k; ELMo'_k]`
@@ -1117,7 +1004,8 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         self.post_init()
         self._apply_frozen_parameters()
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, return_dict=None, **kwargs):
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, labels=None):
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
@@ -1132,8 +1020,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             [`TokenClassifierOutput`] with `logits` of shape `(batch, words, num_labels)` (the CRF's emission
             scores when `use_crf`; decode them with [`~ElmoForTokenClassification.decode`]).
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
-        features, mask = _encode_words(self, input_ids, attention_mask)
+        features, mask = self.task_encoder(self.elmo, input_ids, attention_mask)  # (batch, words, output_size)
         logits = self.classifier(features)  # (batch, words, num_labels)
         loss = None
         if labels is not None:
@@ -1146,16 +1033,15 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
                 loss = F.cross_entropy(logits.reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
             else:
                 loss = self._crf_loss(logits, labels)
-            loss = _with_l2_penalty(self, loss)
-        output = TokenClassifierOutput(loss=loss, logits=logits)
-        return output if return_dict else output.to_tuple()
+            loss = loss + self.task_encoder.l2_penalty()
+        return TokenClassifierOutput(loss=loss, logits=logits)
 
     def _crf_loss(self, logits, labels):
         scored = labels != -100  # (batch, words)
         if not scored.any(dim=1).all():
             raise ValueError("with use_crf every row of labels needs at least one word that is not -100")
         order, aligned = _left_align(scored)
-        emissions = _gather_words(logits, order)  # (batch, words, num_labels)
+        emissions = gather_words(logits, order)  # (batch, words, num_labels)
         tags = labels.gather(1, order)  # (batch, words)
         return -self.crf.log_likelihood(emissions, tags, aligned).mean()
 
@@ -1171,7 +1057,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             a list with each row's tags for its masked words, in order.
         """
         order, aligned = _left_align(mask.bool())
-        emissions = _gather_words(logits, order)  # (batch, words, num_labels)
+        emissions = gather_words(logits, order)  # (batch, words, num_labels)
         if self.crf is not None:
             return self.crf.decode(emissions, aligned)
         return [row[: int(length)].tolist() for row, length in zip(emissions.argmax(-1), aligned.sum(dim=1))]
@@ -1194,7 +1080,8 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         self.post_init()
         self._apply_frozen_parameters()
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, return_dict=None, **kwargs):
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, labels=None):
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
@@ -1207,17 +1094,15 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         Returns:
             [`SequenceClassifierOutput`] with `logits` of shape `(batch, num_labels)`.
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
-        features, mask = _encode_words(self, input_ids, attention_mask)
+        features, mask = self.task_encoder(self.elmo, input_ids, attention_mask)  # (batch, words, output_size)
         valid = mask.unsqueeze(-1)  # (batch, words, 1)
         maximum = features.masked_fill(~valid, torch.finfo(features.dtype).min).amax(dim=1)  # (batch, output_size)
         mean = features.sum(dim=1) / valid.sum(dim=1)  # (batch, output_size)
         logits = self.classifier(torch.cat([maximum, mean], dim=-1))  # (batch, num_labels)
         loss = None
         if labels is not None:
-            loss = _with_l2_penalty(self, self._classification_loss(logits, labels))
-        output = SequenceClassifierOutput(loss=loss, logits=logits)
-        return output if return_dict else output.to_tuple()
+            loss = self._classification_loss(logits, labels) + self.task_encoder.l2_penalty()
+        return SequenceClassifierOutput(loss=loss, logits=logits)
 
     def _classification_loss(self, logits, labels):
         if self.config.problem_type is None:

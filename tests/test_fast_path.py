@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
-from elmo_hf import modeling_elmo
+from elmo_hf import cpu_kernels
 
 
 def reference_sentence(model, char_ids, initial_state=None):
@@ -94,11 +94,11 @@ def test_fast_path_equals_step_by_step_reference(skip, activation, with_state, o
     generator = torch.Generator().manual_seed(11)
     input_ids, lengths = random_batch(generator, batch=6, max_words=9, chars=model.config.max_characters_per_token)
     cnn_pieces = []
-    convolve = model.character_encoder._convolve
+    convolve = model.character_encoder.convolve
     counted_convolve = lambda chars: cnn_pieces.append(len(chars)) or convolve(chars)  # noqa: E731
-    monkeypatch.setattr(model.character_encoder, "_convolve", counted_convolve)
+    monkeypatch.setattr(model.character_encoder, "convolve", counted_convolve)
     if one_word_cnn_pieces:
-        monkeypatch.setattr(modeling_elmo, "CNN_RESPONSE_BYTES", 1)
+        monkeypatch.setattr(cpu_kernels, "CNN_RESPONSE_BYTES", 1)
     first_layer = model.encoder.layers[0]
     first_layer_rows = []
     input_gates = first_layer.input_gates
@@ -172,7 +172,7 @@ def test_prepacked_products_equal_the_plain_products_in_float32():
     input_ids, lengths = random_batch(generator, batch=7, max_words=10, chars=model.config.max_characters_per_token)
     packed = _forward_float32(model, input_ids, needs_gradient=False)
     for layer in model.encoder.layers:
-        assert set(modeling_elmo._PREPACKED_WEIGHTS[layer]) == {"recurrent_weight", "projection_weight"}
+        assert set(cpu_kernels._PREPACKED_WEIGHTS[layer]) == {"recurrent_weight", "projection_weight"}
     plain = _forward_float32(model, input_ids, needs_gradient=True)
     assert not torch.equal(packed, plain)  # two different products: only rounding may differ
     torch.testing.assert_close(packed, plain, rtol=1e-5, atol=1e-6)
@@ -184,10 +184,11 @@ def test_prepacked_products_equal_the_plain_products_in_float32():
 def test_a_single_sentence_builds_no_packed_weights():
     model, input_ids = tiny_model_and_batch(model_seed=10, batch_seed=7, batch=1, max_words=6)
     single = _forward_float32(model, input_ids, needs_gradient=False)
-    assert not any(layer in modeling_elmo._PREPACKED_WEIGHTS for layer in model.encoder.layers)
-    torch.testing.assert_close(single, _forward_float32(model, input_ids, needs_gradient=True), rtol=0, atol=0)
+    assert not any(layer in cpu_kernels._PREPACKED_WEIGHTS for layer in model.encoder.layers)
+    # The call with gradients runs the reference path (every position, not once per distinct word): rounding differs.
+    torch.testing.assert_close(single, _forward_float32(model, input_ids, needs_gradient=True), rtol=1e-5, atol=1e-6)
     _forward_float32(model, input_ids.repeat(2, 1, 1), needs_gradient=False)  # two rows: packed from here on
-    assert all(layer in modeling_elmo._PREPACKED_WEIGHTS for layer in model.encoder.layers)
+    assert all(layer in cpu_kernels._PREPACKED_WEIGHTS for layer in model.encoder.layers)
 
 
 @needs_onednn

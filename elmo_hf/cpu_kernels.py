@@ -1,0 +1,283 @@
+"""ELMo's CPU inference path: the same math as `modeling_elmo.py`, arranged to run fast without gradients.
+
+`ElmoModel.forward` runs `elmo_forward` below whenever `cpu_kernels_apply` says so (CPU, nothing needs a
+gradient, no dropout); otherwise it runs the plain reference path of `modeling_elmo.py`, which reads like the
+paper and which `tests/test_kernels.py` compares this path with. Each trick below keeps the gain measured in
+`benchmarks/RESULTS.md`:
+
+- words run once per distinct word: the char CNN, highway, projection and the first LSTM layer's input gates
+  depend on the word alone (48% of the words of the benchmark's batches are distinct, so that work halves);
+- the char CNN runs on cache-sized pieces of words (2x faster on the CNN than one product over all words);
+- the LSTM runs on packed, time-major inputs with a shrinking batch: rows sorted longest first, so the rows still
+  running at a step are a prefix of the batch and padding costs nothing (unsorted batches hold 2.16x more
+  positions than words);
+- the first layer's gate rows are picked step by step from the per-word table, so the largest tensor of a layer
+  (up to 293 MB at the original size) is never made (with the per-word gates: sorted 578-613 -> 711-747 words/s);
+- the per-step products use weights prepacked once for oneDNN, with 2+ rows (recurrent product at 32 rows: 10.2-12.9
+  ms per step against 16.0-24.3 ms for a `baddbmm` that repacks the weight at every step; projection 2.52 -> 1.65 ms).
+"""
+
+import weakref
+
+import torch
+
+
+# Largest char-CNN response computed at once (bytes): small enough to stay in a CPU cache (RESULTS.md).
+CNN_RESPONSE_BYTES = 4 * 2**20
+
+
+def cpu_kernels_apply(model, input_ids, lstm_states, dropout):
+    """Whether `ElmoModel` `model` runs this module's path: its input is on the CPU, no dropout, and nothing needs a
+    gradient (no grad mode, or neither the biLM's parameters nor `lstm_states` require one). Every other call
+    (training, CUDA) runs the reference path of `modeling_elmo.py`."""
+    if input_ids.device.type != "cpu" or dropout:
+        return False
+    if not torch.is_grad_enabled():
+        return True
+    states = lstm_states if isinstance(lstm_states, (tuple, list)) else ()
+    tensors = (*model.character_encoder.parameters(), *model.encoder.parameters(), *states)
+    return not any(isinstance(tensor, torch.Tensor) and tensor.requires_grad for tensor in tensors)
+
+
+def elmo_forward(model, input_ids, mask, lstm_states=None, token_cache=None):
+    r"""
+    `ElmoModel`'s forward on the CPU without gradients.
+
+    Args:
+        model (`ElmoModel`): supplies the modules and weights.
+        input_ids (`(batch, words, chars)`): character ids; mask (`(batch, words)` bool): real words, right-padded.
+        lstm_states (optional tuple `(cell, hidden)`): as for `ElmoModel.forward`.
+        token_cache (optional module `(n, chars)` -> `(n, projection_dim)`): encodes words instead of the character
+            encoder (e.g. `ElmoTokenCache`).
+
+    Returns:
+        the token layer `(batch, words, projection_dim)`, the list of LSTM layers `(batch, words, 2 * projection_dim)`
+        (0 at padded positions) and the final `(cell, hidden)` state.
+    """
+    # The character encoder runs once per distinct word of the batch (frequent words repeat a lot).
+    distinct_words, distinct_index = torch.unique(input_ids[mask], dim=0, return_inverse=True)
+    if token_cache is not None:
+        word_embeddings = token_cache(distinct_words)  # (distinct words, projection_dim)
+    else:
+        word_embeddings = encode_words_in_pieces(model.character_encoder, distinct_words)
+    word_index = torch.zeros_like(mask, dtype=torch.long).masked_scatter(mask, distinct_index)  # (batch, words)
+    token_layer = word_embeddings[word_index].masked_fill(~mask.unsqueeze(-1), 0.0)  # (batch, words, proj)
+    lstm_layers, final_state = bilstm_forward(model.encoder, word_embeddings, word_index, mask.sum(dim=1), lstm_states)
+    return token_layer, lstm_layers, final_state
+
+
+def encode_words_in_pieces(character_encoder, char_ids):
+    """`character_encoder(char_ids)`, `(words, chars)` -> `(words, projection_dim)`, with the CNN run on a few words at
+    a time: the responses of its largest bank (filters x positions) stay near the size of a CPU cache (2x faster than
+    one product over all words, whose responses reach ~100 MB: RESULTS.md)."""
+    chars = character_encoder.embed(char_ids)  # (words, chars, char_dim)
+    convolutions = character_encoder.convolutions
+    positions = [chars.shape[1] - conv.kernel_size[0] + 1 for conv in convolutions]
+    largest_responses = max(conv.out_channels * count for conv, count in zip(convolutions, positions))
+    words_per_piece = max(1, CNN_RESPONSE_BYTES // (largest_responses * chars.element_size()))
+    token = torch.cat([character_encoder.convolve(piece) for piece in chars.split(words_per_piece)])  # (words, filters)
+    return character_encoder.highway_and_project(token)  # (words, projection_dim)
+
+
+def bilstm_forward(encoder, word_embeddings, word_index, lengths, lstm_states=None):
+    r"""
+    `ElmoBiLstm`'s forward from the representation of each distinct word.
+
+    Args:
+        encoder (`ElmoBiLstm`): supplies the layers.
+        word_embeddings (`(distinct words, projection_dim)`): the representation of each distinct word.
+        word_index (`(batch, words)`): the row of `word_embeddings` at each position, right-padded (any value at
+            padding).
+        lengths (`(batch,)`): valid words per row.
+        lstm_states (optional tuple `(cell, hidden)`): as for `ElmoBiLstm.forward`.
+
+    Returns:
+        as `ElmoBiLstm.forward`: each layer's output `(batch, words, 2 * projection_dim)` and the final state.
+    """
+    batch, words = word_index.shape
+    cells, hiddens, carried = encoder.initial_states(lstm_states, batch, word_embeddings)  # (layers, 2, batch, dim)
+
+    # Longest rows first, so the rows still running at any step are a prefix of the batch.
+    order = torch.argsort(lengths, descending=True, stable=True)
+    sorted_lengths = lengths[order]
+    positions = torch.arange(words, device=lengths.device)
+    max_length = int(sorted_lengths[0]) if batch else 0
+    batch_sizes = (sorted_lengths.unsqueeze(0) > positions[:max_length].unsqueeze(1)).sum(1).tolist()
+    reverse_index = reverse_words_index(sorted_lengths, words)  # (batch, words)
+
+    # Each direction's words packed step by step (time-major), without the padding: the rows still running at step
+    # 0, then at step 1, ...
+    forward_words = word_index[order]  # (batch, words)
+    backward_words = forward_words.gather(1, reverse_index)  # (batch, words)
+    packed = (positions < sorted_lengths.unsqueeze(1)).t()  # (words, batch)
+    packed_words = torch.stack([forward_words, backward_words]).transpose(1, 2)[:, packed]  # (2, valid)
+
+    layer_outputs, final_cells, final_hiddens = [], [], []
+    for index, layer in enumerate(encoder.layers):
+        if index == 0:
+            # The first layer's input depends on the word alone: its gate inputs are computed once per distinct
+            # word, then picked for every position.
+            gate_table = layer.input_gates(word_embeddings.expand(2, -1, -1))  # (2, distinct words, 4 * lstm_dim)
+            step_gate_inputs = (_pick_rows(gate_table, rows) for rows in packed_words.split(batch_sizes, dim=1))
+        else:
+            step_gate_inputs = layer.input_gates(layer_input).split(batch_sizes, dim=1)  # steps x (2, active, 4 lstm)
+        initial_state = (cells[index][:, order], hiddens[index][:, order])
+        output, (cell, hidden) = packed_layer_forward(
+            layer, step_gate_inputs, batch_sizes, *initial_state, zero_state=lstm_states is None
+        )  # output: (2, valid words, projection_dim)
+        if encoder.use_skip_connections and index > 0:
+            output = output + layer_input
+        layer_outputs.append(output)
+        final_cells.append(cell)
+        final_hiddens.append(hidden)
+        layer_input = output
+
+    restore = torch.argsort(order)
+    results = []
+    for output in layer_outputs:
+        padded = output.new_zeros(2, words, batch, output.shape[-1])
+        padded[:, packed] = output
+        padded = padded.transpose(1, 2)  # (2, batch, words, projection_dim), 0 at padded positions
+        # reverse_index keeps padded positions in place, so they stay 0.
+        both = torch.cat([padded[0], gather_words(padded[1], reverse_index)], dim=-1)  # (batch, words, 2 * proj)
+        results.append(both[restore])
+    final_cells = torch.stack(final_cells)[:, :, restore]  # (layers, 2, batch, lstm_dim)
+    final_hiddens = torch.stack(final_hiddens)[:, :, restore]  # (layers, 2, batch, projection_dim)
+    return results, encoder.final_states(final_cells, final_hiddens, carried)
+
+
+def packed_layer_forward(layer, step_gate_inputs, batch_sizes, cell, hidden, zero_state=False):
+    r"""
+    `ElmoBiLstmLayer`'s recurrence on packed steps with a shrinking batch.
+
+    Args:
+        layer (`ElmoBiLstmLayer`): supplies the weights and clips.
+        step_gate_inputs (iterable of `(2, active, 4 * lstm_dim)`, one per step): each step's input share of the
+            gates, bias included (`layer.input_gates`), for the rows still running (rows sorted longest first;
+            backward rows reversed).
+        batch_sizes (list of ints, one per step): rows still running at each step (a prefix of the batch).
+        cell (`(2, batch, lstm_dim)`), hidden (`(2, batch, projection_dim)`): the initial state.
+        zero_state (bool): the initial state is all zeros, so the first step has no recurrent term.
+
+    Returns:
+        outputs `(2, words, projection_dim)` packed step by step, and the state `(cell, hidden)` after each row's
+        last step.
+    """
+    outputs, ended_cells, ended_hiddens = [], [], []
+    for step, (active, step_gate_input) in enumerate(zip(batch_sizes, step_gate_inputs)):
+        if step == 0:
+            prepacked = active > 1 and _prepacked_products_apply(layer, step_gate_input)
+        if active < hidden.shape[1]:
+            # Rows past their last word leave the batch; their state is final.
+            ended_cells.append(cell[:, active:])
+            ended_hiddens.append(hidden[:, active:])
+            cell, hidden = cell[:, :active], hidden[:, :active]
+        if step == 0 and zero_state:
+            gates = step_gate_input  # hidden @ recurrent_weight is exactly 0
+        else:
+            gates = _gates(layer, step_gate_input, hidden, prepacked)  # (2, active, 4 * lstm_dim)
+        input_gate, forget_gate, cell_candidate, output_gate = gates.chunk(4, dim=-1)
+        cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate)
+        if layer.cell_clip is not None:
+            cell = cell.clamp(-layer.cell_clip, layer.cell_clip)
+        hidden = _project(layer, torch.sigmoid(output_gate) * torch.tanh(cell), prepacked)  # (2, active, proj)
+        if layer.proj_clip is not None:
+            hidden = hidden.clamp(-layer.proj_clip, layer.proj_clip)
+        outputs.append(hidden)
+
+    # Rows that ended later sit earlier in the batch: put the ended pieces back in row order.
+    final_cell = torch.cat([cell, *reversed(ended_cells)], dim=1)  # (2, batch, lstm_dim)
+    final_hidden = torch.cat([hidden, *reversed(ended_hiddens)], dim=1)  # (2, batch, projection_dim)
+    return torch.cat(outputs, dim=1), (final_cell, final_hidden)  # outputs (2, words, proj), packed step by step
+
+
+def reverse_words_index(lengths, words):
+    """`(batch, words)` index that reads each row's `lengths[row]` valid words backwards and keeps padded positions in
+    place; it is its own inverse."""
+    positions = torch.arange(words, device=lengths.device)
+    lengths = lengths.unsqueeze(1)  # (batch, 1)
+    return torch.where(positions < lengths, lengths - 1 - positions, positions)
+
+
+def gather_words(sequence, index):
+    """sequence (batch, words, dim), index (batch, words) -> sequence[row, index[row, t]] (batch, words, dim)."""
+    return sequence.gather(1, index.unsqueeze(-1).expand(-1, -1, sequence.shape[-1]))
+
+
+def _pick_rows(table, index):
+    """table (2, rows, dim), index (2, n) -> table[direction, index[direction, i]] (2, n, dim)."""
+    rows = table.shape[1]
+    offsets = torch.arange(2, device=index.device).unsqueeze(1) * rows  # (2, 1): direction 1 reads the second half
+    return table.reshape(2 * rows, -1).index_select(0, (index + offsets).flatten()).view(2, index.shape[1], -1)
+
+
+def _gates(layer, step_gate_input, hidden, prepacked):
+    """`step_gate_input + hidden @ recurrent_weight`, both directions: `(2, active, 4 * lstm_dim)`."""
+    if not prepacked or hidden.shape[1] == 1:
+        # One row: a matrix-vector product, memory-bound; the plain product streams the weight fastest.
+        # (The tail of a sorted batch, where only its longest sentence still runs.)
+        return torch.baddbmm(step_gate_input, hidden, layer.recurrent_weight)
+    linear_plus_gate_input = torch.ops.mkldnn._linear_pointwise.binary
+    return torch.stack(
+        [
+            linear_plus_gate_input(hidden[direction], step_gate_input[direction], weight, None, "add")
+            for direction, weight in enumerate(_prepacked(layer, "recurrent_weight"))
+        ]
+    )  # (2, active, 4 * lstm_dim)
+
+
+def _project(layer, memory, prepacked):
+    """`memory @ projection_weight`, both directions: `(2, active, lstm_dim)` -> `(2, active, projection_dim)`."""
+    if not prepacked:
+        return torch.bmm(memory, layer.projection_weight)
+    linear = torch.ops.mkldnn._linear_pointwise
+    return torch.stack(
+        [
+            linear(memory[direction], weight, None, "none", [], "")
+            for direction, weight in enumerate(_prepacked(layer, "projection_weight"))
+        ]
+    )  # (2, active, projection_dim)
+
+
+def _prepacked_products_apply(layer, gate_input):
+    r"""
+    Whether the per-step products of `layer` use weights prepacked for oneDNN (`_prepacked`): float32 weights and
+    gate inputs (not under bf16 autocast) on a CPU with oneDNN. The caller also requires more than one row at the
+    first step.
+
+    A product with a weight packed once runs 1.4-4x faster on a CPU than a `bmm` that repacks the weight at every
+    step (`benchmarks/RESULTS.md`). At one row the products are memory-bound and the plain ones are as fast, so a
+    single sentence never builds the packed copy (168 MB at the original size): a process that embeds one sentence
+    at a time does not hold it.
+    """
+    return (
+        layer.recurrent_weight.device.type == "cpu"
+        and layer.recurrent_weight.dtype == torch.float32
+        and gate_input.dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
+    )
+
+
+def _prepacked(layer, name):
+    r"""
+    The weight `name` (`(2, in, out)`) of `layer` in oneDNN's prepacked layout, one tensor per direction.
+
+    Packed on first use and cached until the weight changes in place (its version counter moves: optimizers,
+    `load_state_dict`, edits under `torch.no_grad()`) or is replaced. An edit through `weight.data` moves no version
+    counter and is not seen. It costs one more copy of the weight in memory.
+    """
+    weight = getattr(layer, name)
+    version = (weight.data_ptr(), weight._version)
+    cache = _PREPACKED_WEIGHTS.setdefault(layer, {})
+    if name not in cache or cache[name][0] != version:
+        # (in, out) -> oneDNN's layout for `x @ weight`, tuned for batches of ~32 rows.
+        packed = tuple(
+            torch.ops.mkldnn._reorder_linear_weight(direction.t().contiguous(), 32) for direction in weight.detach()
+        )
+        cache[name] = (version, packed)
+    return cache[name][1]
+
+
+# Weights prepacked for oneDNN, by layer (a weak reference: the entry goes with the layer). Kept out of the module so
+# that copying, saving and moving a model never meet an opaque oneDNN tensor.
+_PREPACKED_WEIGHTS = weakref.WeakKeyDictionary()
