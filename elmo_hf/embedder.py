@@ -34,9 +34,9 @@ PARTIAL_FORMAT_VERSION = 1
 
 class ElmoTokenCache(nn.Module):
     r"""
-    The character encoder's output for a fixed vocabulary, computed once and then looked up. A drop-in for
-    [`ElmoCharacterEncoder`] (same input, same output): known words are read from the table, the others still go
-    through `character_encoder`. This is what bilm-tf's `dump_token_embeddings` and allennlp's `vocab_to_cache` did.
+    The character encoder's output for a fixed vocabulary, computed once and then looked up. Passed to
+    [`ElmoModel`] as `token_cache`, it stands in for [`ElmoCharacterEncoder`] during that call only (same input, same
+    output): known words are read from the table, the others still go through `character_encoder`. This is what bilm-tf's `dump_token_embeddings` and allennlp's `vocab_to_cache` did.
     The vectors equal the encoder's up to float rounding (the encoder's own output for a word varies by that much
     with the batch it is computed in). For inference: the table carries no gradient.
 
@@ -73,7 +73,9 @@ class ElmoTokenCache(nn.Module):
         return (char_ids * self.hash_weights).sum(dim=-1)  # (words,)
 
     def forward(self, char_ids):
-        """char_ids: (words, max_characters_per_token) -> (words, projection_dim)."""
+        """char_ids: (..., max_characters_per_token) -> (..., projection_dim)."""
+        if char_ids.dim() != 2:
+            return self(char_ids.flatten(0, -2)).view(*char_ids.shape[:-1], -1)  # via (words, chars)
         slots = torch.searchsorted(self.keys, self._keys(char_ids)).clamp(max=self.keys.shape[0] - 1)  # (words,)
         # The slot's characters are compared in full: a hash collision is a miss, never a wrong vector.
         known = (self.char_ids[slots] == char_ids).all(dim=-1)  # (words,)
@@ -390,16 +392,10 @@ class ElmoEmbedder:
                 yield indices, [hidden[row][..., :length, :].copy() for row, length in enumerate(lengths.tolist())]
 
     def _run_model(self, input_ids, attention_mask):
-        if self.token_cache is None:
-            return self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-        # The cache stands in for the character encoder during this call only: the model's modules, state_dict and
-        # save_pretrained stay as they were.
-        character_encoder = self.model.character_encoder
-        self.model.character_encoder = self.token_cache
-        try:
-            return self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-        finally:
-            self.model.character_encoder = character_encoder
+        # The cache is an argument of this call only: the model is not modified, so threads may share it.
+        return self.model(
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, token_cache=self.token_cache
+        )
 
 
 def length_batches(lengths, batch_size, max_tokens_per_batch=None):
