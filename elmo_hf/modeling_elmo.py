@@ -7,7 +7,7 @@ gradient. On a CPU without gradients, `ElmoModel` runs the same math through `cp
 packed steps, prepacked weights), chosen in one place, `ElmoModel.forward`.
 
 Weights converted from the original TensorFlow files use PyTorch conventions (gate order i, f, g, o; no hidden
-forget bias; weights as `(out, in)`): every TensorFlow quirk is undone once, by the converter.
+forget bias): every TensorFlow quirk is undone once, by the converter's key table (`original_tf.py`).
 """
 
 import importlib
