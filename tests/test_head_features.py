@@ -112,45 +112,51 @@ def linear(model, features):
     return features @ model.classifier.weight.double().T + model.classifier.bias.double()
 
 
-@pytest.mark.parametrize("layer_norm", [False, True], ids=["plain_mix", "layer_norm"])
-@pytest.mark.parametrize("output_mix", [False, True], ids=["input_mix", "output_mix"])
-@pytest.mark.parametrize("task_encoder_layers", [0, 1])
-def test_token_head_sees_token_layer_and_mixes(tokenizer, layer_norm, output_mix, task_encoder_layers):
+def head_variants(test):
+    """Run `test` for every combination of layer norm, output mix and task biLSTM layers."""
+    test = pytest.mark.parametrize("layer_norm", [False, True], ids=["plain_mix", "layer_norm"])(test)
+    test = pytest.mark.parametrize("output_mix", [False, True], ids=["input_mix", "output_mix"])(test)
+    return pytest.mark.parametrize("task_encoder_layers", [0, 1])(test)
+
+
+def run_head(head_class, tokenizer, layer_norm, output_mix, task_encoder_layers):
+    """The head with known mixes, the padded batch of SENTENCES, the output, the classifier's input and the hand
+    computed per-sentence features."""
     model = head_with_known_mixes(
-        ElmoForTokenClassification,
+        head_class,
         scalar_mix_do_layer_norm=layer_norm,
         use_output_elmo=output_mix,
         task_encoder_layers=task_encoder_layers,
     )
     encoding = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
     output, classifier_input = run_with_classifier_input(model, encoding)
-    mask = encoding["attention_mask"].bool()
-    for row, expected in enumerate(hand_token_features(model, encoding, layer_norm, output_mix)):
+    return model, encoding, output, classifier_input, hand_token_features(model, encoding, layer_norm, output_mix)
+
+
+@head_variants
+def test_token_head_sees_token_layer_and_mixes(tokenizer, layer_norm, output_mix, task_encoder_layers):
+    model, encoding, output, classifier_input, sentences = run_head(
+        ElmoForTokenClassification, tokenizer, layer_norm, output_mix, task_encoder_layers
+    )
+    for row, expected in enumerate(sentences):
         length = expected.shape[0]
         torch.testing.assert_close(classifier_input[row, :length], expected, **TOLERANCE)
         torch.testing.assert_close(output.logits[row, :length].double(), linear(model, expected), **TOLERANCE)
     # Padded positions reach the classifier as zeros.
-    assert torch.equal(classifier_input[~mask], torch.zeros_like(classifier_input[~mask]))
+    padding = ~encoding["attention_mask"].bool()
+    assert torch.equal(classifier_input[padding], torch.zeros_like(classifier_input[padding]))
 
 
-@pytest.mark.parametrize("layer_norm", [False, True], ids=["plain_mix", "layer_norm"])
-@pytest.mark.parametrize("output_mix", [False, True], ids=["input_mix", "output_mix"])
-@pytest.mark.parametrize("task_encoder_layers", [0, 1])
+@head_variants
 def test_sequence_head_pools_max_and_mean_over_real_words(tokenizer, layer_norm, output_mix, task_encoder_layers):
-    model = head_with_known_mixes(
-        ElmoForSequenceClassification,
-        scalar_mix_do_layer_norm=layer_norm,
-        use_output_elmo=output_mix,
-        task_encoder_layers=task_encoder_layers,
+    model, encoding, output, classifier_input, sentences = run_head(
+        ElmoForSequenceClassification, tokenizer, layer_norm, output_mix, task_encoder_layers
     )
-    encoding = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
-    output, classifier_input = run_with_classifier_input(model, encoding)
-    for row, features in enumerate(hand_token_features(model, encoding, layer_norm, output_mix)):
+    for row, features in enumerate(sentences):
         pooled = torch.cat([features.amax(dim=0), features.mean(dim=0)])  # over this sentence's real words only
         torch.testing.assert_close(classifier_input[row], pooled, **TOLERANCE)
         torch.testing.assert_close(output.logits[row].double(), linear(model, pooled), **TOLERANCE)
     # The test is only as strong as its data: some features are negative at every real word of a padded sentence
     # (so a max over padding zeros would differ) and padding exists (so a mean over all positions would differ).
-    short = hand_token_features(model, encoding, layer_norm, output_mix)[1]
-    assert (short.amax(dim=0) < 0).any()
-    assert short.shape[0] < encoding["attention_mask"].shape[1]
+    assert (sentences[1].amax(dim=0) < 0).any()
+    assert sentences[1].shape[0] < encoding["attention_mask"].shape[1]
