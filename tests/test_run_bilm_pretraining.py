@@ -128,9 +128,17 @@ LAUNCHERS = {
                    "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                    "--main_process_port", "0"],
 }  # fmt: skip
+# The default suite runs torchrun only; ELMO_TEST_ALL_LAUNCHERS=1 adds accelerate's launcher (the same DDP).
+ALL_LAUNCHERS = os.environ.get("ELMO_TEST_ALL_LAUNCHERS") == "1"
 
 
-@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        "torchrun",
+        pytest.param("accelerate", marks=pytest.mark.skipif(not ALL_LAUNCHERS, reason="set ELMO_TEST_ALL_LAUNCHERS=1")),
+    ],
+)
 def test_two_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path, launcher):
     # SGD: Adam's first steps (update ~ lr * sign(gradient)) would magnify float noise in tiny gradients.
     # Full softmax (no random negatives) and sentences of equal length: the mean of the two processes' mean
@@ -152,10 +160,10 @@ def test_two_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path, 
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     try:
-        _, stderr = process.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        raise
+        _, stderr = process.communicate()  # no time limit of its own: CI's job limit applies
+    finally:
+        if process.poll() is None:  # interrupted: leave no worker behind
+            os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 0, stderr[-3000:]
     rank0, rank1 = load_file(tmp_path / "ddp" / "rank0.safetensors"), load_file(tmp_path / "ddp" / "rank1.safetensors")
     for name, tensor in single.model.state_dict().items():
