@@ -6,6 +6,9 @@ state) using `examples/evaluate_perplexity.py`, prints one JSON line per split, 
 to one decimal differs from the card's table. Takes minutes on a CPU; not part of the test suite.
 
     PYTHONPATH=$PWD python benchmarks/default_model_perplexity.py [--threads 2]
+
+Run on 2026-11-25, one thread: valid 101.27 / 99.89 / 100.58 (73,760 targets, 105 s), test 96.64 / 96.10 / 96.37
+(82,430 targets, 213 s), forward / backward / combined; both rows equal the card's, exit status 0.
 """
 
 import argparse
