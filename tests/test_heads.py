@@ -72,7 +72,8 @@ def test_scalar_mix_is_gamma_times_softmax_weighted_sum():
 
 def test_scalar_mix_starts_equal_and_learns():
     mix = ElmoScalarMix(3)
-    assert mix.weights.tolist() == [0.0, 0.0, 0.0] and mix.l2_penalty().item() == 0.0  # no L2 unless asked
+    assert mix.weights.tolist() == [0.0, 0.0, 0.0]
+    assert ElmoScalarMix(3, initial_weights=[1.0, 2.0, 3.0]).l2_penalty().item() == 0.0  # no L2 unless asked
     torch.testing.assert_close(mix.normalized_weights, torch.full((3,), 1 / 3))
     assert mix.gamma.item() == 1.0
     mix(random_layers(), torch.ones(2, 4, dtype=torch.bool)).sum().backward()
@@ -131,14 +132,15 @@ def test_scalar_mix_rejects_a_wrong_number_of_layers():
         ElmoScalarMix(3, initial_weights=[1.0])
 
 
-def test_l2_penalty_is_added_to_the_head_loss(tokenizer):
+@pytest.mark.parametrize("use_output_elmo", [False, True])
+def test_l2_penalty_is_added_to_the_head_loss(tokenizer, use_output_elmo):
     encoding = encode(tokenizer)
     labels = word_labels(encoding, lambda row, word: word % 3)
-    options = dict(num_labels=3, use_output_elmo=True)
+    options = dict(num_labels=3, use_output_elmo=use_output_elmo)
     with_l2 = head_with_random_weights(ElmoForTokenClassification, scalar_mix_l2_coef=0.25, **options)
     without = head_with_random_weights(ElmoForTokenClassification, scalar_mix_l2_coef=0.0, **options)
-    mixes = (with_l2.task_encoder.input_mix, with_l2.task_encoder.output_mix)
-    penalty = 0.25 * sum((mix.weights**2).sum() for mix in mixes)  # both mixes
+    mixes = [with_l2.task_encoder.input_mix] + ([with_l2.task_encoder.output_mix] if use_output_elmo else [])
+    penalty = 0.25 * sum((mix.weights**2).sum() for mix in mixes)  # every mix
     assert penalty > 0
     torch.testing.assert_close(
         with_l2(**encoding, labels=labels).loss, without(**encoding, labels=labels).loss + penalty
@@ -303,8 +305,13 @@ def test_freeze_bilm_decides_whether_the_bilm_gets_gradients(tokenizer):
             assert all(gradient is None for gradient in bilm_gradients)
         else:
             assert all(gradient is not None and gradient.abs().sum() > 0 for gradient in bilm_gradients)
+        # no_grad is honoured either way: the biLM builds no graph (its layers reach the task encoder without one).
+        seen = []
+        handle = model.task_encoder.register_forward_hook(lambda module, args, output: seen.append(args[0][-1]))
         with torch.no_grad():
-            assert not model(**encoding).logits.requires_grad  # no_grad is honoured either way
+            model(**encoding)
+        handle.remove()
+        assert not seen[0].requires_grad
 
 
 @pytest.mark.parametrize("head_class", [ElmoForTokenClassification, ElmoForSequenceClassification])
