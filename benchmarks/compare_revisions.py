@@ -135,7 +135,7 @@ def run_revision(args, name, code_root, checkpoint):
 def prepare(args):
     """Random weights in the published layout, converted with the new revision's converter; the checkpoint dir."""
     sys.path.insert(0, str(args.new_root))
-    from conversion.convert_elmo_original_tf_to_hf import convert_hdf5
+    from elmo_hf.original_tf import convert_hdf5
 
     source = args.work_dir / args.size
     if not (source / "weights.hdf5").is_file():

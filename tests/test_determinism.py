@@ -8,6 +8,8 @@ layers (at least 1): 1e-6 absolute when values stay within 1. Measured: at most 
 fixture weights, whose values reach 7. The same batch run again on the same model object is bit-identical.
 """
 
+import os
+
 import pytest
 import torch
 from conftest import tiny_model
@@ -106,6 +108,45 @@ def test_thread_count_does_not_matter(model, tokenizer, alone):
                 assert_same(row, expected)
     finally:
         torch.set_num_threads(threads)
+
+
+def cpu_ticks_by_thread():
+    """{thread id: user + system CPU ticks} of this process's OS threads (Linux /proc)."""
+    ticks = {}
+    for thread in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{thread}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()  # after "(comm)": state is field 0, utime 11, stime 12
+        ticks[thread] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread CPU times need Linux /proc")
+def test_thread_count_does_not_matter_when_two_threads_split_the_products():
+    """The tiny models above are too small for torch to split a product across threads. This model is not: with 2
+    threads a second OS thread (torch's intra-op worker) spends CPU time during the call, checked from
+    /proc/self/task/*/stat (measured: 0.3 s of 0.6 s on each of two threads). Its layers still agree with the
+    one-thread run within the bound."""
+    model = tiny_model(seed=1, lstm_dim=512, projection_dim=128, filters=[[1, 32], [2, 64], [3, 128]],
+                       char_embedding_dim=16)  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(1, 262, (48, 40, 20), generator=generator)  # (batch, words, chars)
+    input_ids[:, :, 10:] = 0  # words of 10 characters, 48 * 40 of them, nearly all distinct
+    threads = torch.get_num_threads()
+    layers = {}
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            before = cpu_ticks_by_thread()
+            with torch.no_grad():
+                layers[count] = torch.stack(model(input_ids, output_hidden_states=True).hidden_states, dim=1)
+            after = cpu_ticks_by_thread()
+            busy = [thread for thread in after if after[thread] - before.get(thread, 0) >= 2]  # 2 ticks: 20 ms
+            if count == 2:
+                assert len(busy) >= 2, f"only threads {busy} ran: torch did not split the work across 2 threads"
+    finally:
+        torch.set_num_threads(threads)
+    for row in range(input_ids.shape[0]):
+        assert_same(layers[2][row], layers[1][row])
 
 
 def test_call_history_does_not_matter(model, tokenizer):

@@ -254,10 +254,6 @@ def test_trainer_push_to_hub_loads_back(loopback_hub, tmp_path):
     assert same_weights(AutoModel.from_pretrained("elmo-org/trained"), model)
 
 
-HEADS = ("ElmoForTokenClassification", "ElmoForSequenceClassification")
-
-
-@pytest.mark.skipif(not all(hasattr(elmo_hf, head) for head in HEADS), reason="heads not merged yet")
 @pytest.mark.parametrize("head_name,auto_name", [("ElmoForTokenClassification", "AutoModelForTokenClassification"),
                                                  ("ElmoForSequenceClassification",
                                                   "AutoModelForSequenceClassification")])

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -78,10 +79,35 @@ def test_gradients_reach_every_parameter(tokenizer):
         assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
 
 
-def test_no_skip_connections_and_tanh_and_no_highway(tokenizer):
-    model = tiny_model(use_skip_connections=False, activation="tanh", num_highway_layers=0, cell_clip=None)
-    output = model(**encode(tokenizer, SENTENCES), output_hidden_states=True)
-    assert len(output.hidden_states) == 3 and torch.isfinite(output.last_hidden_state).all()
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(cell_clip=None, proj_clip=None),
+        dict(num_highway_layers=0),
+        dict(use_skip_connections=False, activation="tanh"),
+        dict(use_skip_connections=False, activation="tanh", num_highway_layers=0, cell_clip=None, proj_clip=None),
+    ],
+    ids=["no_clips", "no_highway", "tanh_no_skip", "all_off"],
+)
+def test_config_options_equal_the_numpy_reference_of_bilm_tf(tokenizer, options):
+    """Random weights in bilm-tf's hdf5 layout, converted, against the converter's NumPy transcription of bilm-tf's
+    arithmetic (TF gate order, forget bias 1.0, optional clips, highways, skip connections)."""
+    from elmo_hf.original_tf import (
+        bilm_tf_reference_layers, build_model, convert_weights, hdf5_key_table,
+    )  # fmt: skip
+
+    config = tiny_config(**options)
+    rng = np.random.default_rng(0)
+    arrays = {entry.source: rng.normal(0.0, 0.5, entry.source_shape).astype(np.float32)
+              for entry in hdf5_key_table(config)}  # fmt: skip
+    model = build_model(config, convert_weights(arrays, config, hdf5_key_table(config)))
+    batch = encode(tokenizer, SENTENCES)
+    with torch.no_grad():
+        layers = torch.stack(model(**batch, output_hidden_states=True).hidden_states, dim=1)  # (B, L+1, W, 2P)
+    assert layers.shape[1] == 3
+    for row, length in enumerate(batch["attention_mask"].sum(dim=1).tolist()):
+        expected = bilm_tf_reference_layers(arrays, config, batch["input_ids"][row, :length].numpy())
+        np.testing.assert_allclose(layers[row, :, :length].numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_left_padding_is_rejected(tokenizer):

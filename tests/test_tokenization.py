@@ -21,6 +21,13 @@ def test_bilm_tf_character_scheme():
     assert list(word_to_char_ids("", 20)) == ids()
 
 
+def test_default_word_length_is_bilm_tfs_50_and_undecodable_characters_are_dropped():
+    assert list(word_to_char_ids("Hi")) == ids(ord("H"), ord("i"), length=50)
+    assert ElmoTokenizer().max_characters_per_token == 50
+    # A lone surrogate has no UTF-8 bytes: dropped, as bilm-tf's encode("utf-8", "ignore").
+    assert list(word_to_char_ids("a\ud800b", 20)) == ids(ord("a"), ord("b"))
+
+
 def test_long_words_are_truncated_to_max_chars_minus_two_bytes():
     row = list(word_to_char_ids("x" * 30, 20))
     assert row == [259] + [ord("x") + 1] * 18 + [260]
