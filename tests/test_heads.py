@@ -307,7 +307,7 @@ def test_freeze_bilm_decides_whether_the_bilm_gets_gradients(tokenizer):
             assert all(gradient is not None and gradient.abs().sum() > 0 for gradient in bilm_gradients)
         # no_grad is honoured either way: the biLM builds no graph (its layers reach the task encoder without one).
         seen = []
-        handle = model.task_encoder.register_forward_hook(lambda module, args, output: seen.append(args[0][-1]))
+        handle = model.elmo.register_forward_hook(lambda module, args, output: seen.append(output.hidden_states[-1]))
         with torch.no_grad():
             model(**encoding)
         handle.remove()
