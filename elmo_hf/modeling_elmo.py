@@ -825,7 +825,9 @@ class ElmoModel(ElmoPreTrainedModel):
             token_layer, lstm_layers, final_state = elmo_forward(self, input_ids, mask, lstm_states, token_cache)
         else:
             encode_words = self.character_encoder if token_cache is None else token_cache
-            token_layer = encode_words(input_ids).masked_fill(~mask.unsqueeze(-1), 0.0)  # (batch, words, proj)
+            # Only the real words are encoded; padded positions stay 0.
+            words = encode_words(input_ids[mask])  # (real words, projection_dim)
+            token_layer = words.new_zeros(*mask.shape, words.shape[-1]).masked_scatter(mask.unsqueeze(-1), words)
             lstm_layers, final_state = self.encoder(token_layer, mask, lstm_states, dropout=lstm_dropout)
 
         hidden_states = (torch.cat([token_layer, token_layer], dim=-1), *lstm_layers)  # each (batch, words, 2*proj)
