@@ -273,7 +273,7 @@ class ElmoEmbedder:
         if lines_read != line_count:
             raise ValueError(f"{input_path} changed while it was read: {line_count} lines at first, then {lines_read}")
         if world_size > 1:
-            dist.barrier()  # every chunk is on disk
+            # The sum waits for every process, so once it returns every chunk is on disk.
             counts = torch.tensor([sentences_done, tokens_done], dtype=torch.long)
             dist.all_reduce(counts)
             sentences_done, tokens_done = counts.tolist()

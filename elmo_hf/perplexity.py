@@ -26,7 +26,7 @@ from tqdm import tqdm
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import ElmoForPreTraining
 from .tokenization_elmo import ElmoTokenizer
-from .word_vocabulary import ElmoWordVocabulary, find_vocab_file
+from .word_vocabulary import ElmoWordVocabulary
 from .user_errors import UserInputError, unloadable_model_error, unreadable_file_error
 
 PROTOCOLS = ("bilm-tf", "stateless")
@@ -202,7 +202,6 @@ def load_language_model(model_dir):
     try:
         config = ElmoConfig.from_pretrained(model_dir)
         tokenizer = ElmoTokenizer.from_pretrained(model_dir)
-        vocabulary_file = find_vocab_file(model_dir)
         model = ElmoForPreTraining.from_pretrained(model_dir) if config.vocab_size else None
     except (OSError, ValueError) as error:  # no such model, unreadable or contradictory files
         raise unloadable_model_error(model_dir, error) from None
@@ -211,6 +210,5 @@ def load_language_model(model_dir):
             f"{model_dir}: has no softmax (vocab_size 0); perplexity needs a language model, e.g. one converted "
             "with --tf-checkpoint from a bilm-tf training checkpoint"
         )
-    if vocabulary_file is None:
-        raise UserInputError(f"{model_dir}: has no vocab.txt; the targets need the word vocabulary")
-    return model, tokenizer, ElmoWordVocabulary.from_file(vocabulary_file)
+    # A missing vocab.txt is its own one-line error, naming the folder.
+    return model, tokenizer, ElmoWordVocabulary.from_pretrained(model_dir)
