@@ -2,9 +2,10 @@
 
 The model's math lives in this file and reads top to bottom: the building blocks (char CNN, highway, biLSTM, scalar
 mix, task encoder, CRF, sampled softmax), the outputs, `ElmoPreTrainedModel`, `ElmoModel`, `ElmoForPreTraining` and
-the task heads. The LSTM below is the plain reference path: it runs training, CUDA and any call that needs a
-gradient. On a CPU without gradients, `ElmoModel` runs the same math through `cpu_kernels.py` (per distinct word,
-packed steps, prepacked weights), chosen in one place, `ElmoModel.forward`.
+the task heads. The LSTM below is the plain reference path. Under autograd each layer's recurrence runs with a
+hand-written backward (`lstm_training_kernel.py`, chosen in `ElmoBiLstm.forward`); on a CPU without gradients,
+`ElmoModel` runs the same math through `cpu_kernels.py` (per distinct word, packed steps, prepacked weights), chosen
+in one place, `ElmoModel.forward`.
 
 Weights converted from the original TensorFlow files use PyTorch conventions (gate order i, f, g, o; no hidden
 forget bias): every TensorFlow quirk is undone once, by the converter's key table (`original_tf.py`).
@@ -25,6 +26,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_elmo import ElmoConfig
 from .cpu_kernels import cpu_kernels_apply, elmo_forward, gather_words, reverse_words_index
+from .lstm_training_kernel import lstm_layer_function
 
 
 class ElmoHighway(nn.Module):
@@ -158,6 +160,14 @@ class ElmoBiLstmLayer(nn.Module):
             outputs.append(new_hidden.masked_fill(~running, 0.0))
         return torch.stack(outputs, dim=2), (cell, hidden)  # outputs (2, batch, words, projection_dim)
 
+    def forward_for_training(self, inputs, mask, cell, hidden):
+        """`forward`'s values with a hand-written backward (`lstm_training_kernel.py`): what autograd uses."""
+        batch, words = mask.shape
+        word_major = inputs.transpose(1, 2).reshape(2, words * batch, -1)  # (2, words * batch, input_dim)
+        gate_inputs = self.input_gates(word_major).view(2, words, batch, -1)  # (2, words, batch, 4 * lstm_dim)
+        outputs, cell, hidden = lstm_layer_function(self, gate_inputs, mask, cell, hidden)
+        return outputs.transpose(1, 2), (cell, hidden)  # outputs (2, batch, words, projection_dim)
+
 
 class ElmoBiLstm(nn.Module):
     """ELMo's stacked bidirectional LSTM with optional residual connections between layers."""
@@ -199,7 +209,9 @@ class ElmoBiLstm(nn.Module):
         for index, layer in enumerate(self.layers):
             if dropout:
                 layer_input = F.dropout(layer_input, dropout, training=True)
-            output, (cell, hidden) = layer(layer_input, mask, cells[index], hiddens[index])  # (2, batch, words, proj)
+            # Under autograd the same recurrence runs with a hand-written backward (lstm_training_kernel.py).
+            run_layer = layer.forward_for_training if torch.is_grad_enabled() else layer
+            output, (cell, hidden) = run_layer(layer_input, mask, cells[index], hiddens[index])  # (2, batch, words, proj)
             if self.use_skip_connections and index > 0:
                 output = output + layer_input
             # The backward outputs read back in word order: (batch, words, 2 * projection_dim).
@@ -825,8 +837,9 @@ class ElmoModel(ElmoPreTrainedModel):
             token_layer, lstm_layers, final_state = elmo_forward(self, input_ids, mask, lstm_states, token_cache)
         else:
             encode_words = self.character_encoder if token_cache is None else token_cache
-            # Only the real words are encoded; padded positions stay 0.
-            words = encode_words(input_ids[mask])  # (real words, projection_dim)
+            # Only the real words are encoded, each distinct one once (frequent words repeat); padding stays 0.
+            distinct_words, word_index = torch.unique(input_ids[mask], dim=0, return_inverse=True)
+            words = encode_words(distinct_words)[word_index]  # (real words, projection_dim)
             token_layer = words.new_zeros(*mask.shape, words.shape[-1]).masked_scatter(mask.unsqueeze(-1), words)
             lstm_layers, final_state = self.encoder(token_layer, mask, lstm_states, dropout=lstm_dropout)
 

@@ -98,13 +98,17 @@ def test_training_loss_falls_far_below_the_unigram_entropy(tmp_path, capsys):
     assert metrics["eval_targets_per_direction"] == expected["targets_per_direction"]
 
 
-def test_resuming_from_a_checkpoint_gives_the_weights_of_an_uninterrupted_run(tmp_path):
-    text = counting_text(tmp_path / "text.txt", sentences=10)
+@pytest.mark.parametrize("sampling", ["random", "group_by_length"])
+def test_resuming_from_a_checkpoint_gives_the_weights_of_an_uninterrupted_run(tmp_path, sampling):
+    text = tmp_path / "text.txt"
+    lines = [line for length in (3, 9) for line in counting_text(tmp_path / "part.txt", 5, length, length).read_text().splitlines()]
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")  # two lengths, so that grouping changes the batches
     # Shuffled batches, the sampled softmax (random negatives) and Adagrad's state all have to be restored;
-    # 10 sentences in batches of 3 make step 4 cross into the second epoch.
+    # 10 sentences in batches of 3 make step 4 cross into the second epoch (a new draw of the length groups).
     arguments = [
         "--train_file", text, "--do_train", "--num_sampled_negatives", 6, "--per_device_train_batch_size", 3,
         "--max_steps", 6, "--save_steps", 3, "--optim", "adagrad", "--learning_rate", 0.2, "--max_grad_norm", 1.0,
+        "--train_sampling_strategy", sampling,
     ]
     run(*arguments, "--output_dir", tmp_path / "uninterrupted")
     # An interrupted run: only the uninterrupted run's checkpoint at step 3 survives.
@@ -118,6 +122,24 @@ def test_resuming_from_a_checkpoint_gives_the_weights_of_an_uninterrupted_run(tm
         assert torch.equal(uninterrupted[name], after_resume[name]), name
     # And the run did move the weights.
     assert not torch.equal(weights(interrupted / "checkpoint-3")["lm_head.weight"], after_resume["lm_head.weight"])
+
+
+def test_length_grouped_batches_pad_less_and_cover_every_sentence_once_per_epoch(tmp_path):
+    lengths = [random.Random(index).randrange(1, 40) for index in range(640)]
+    sampler = run_bilm_pretraining.ElmoLengthGroupedSampler(8, lengths, seed=3)
+
+    def padding_ratio(order):  # padded words / real words over batches of 8 taken in `order`
+        batches = [order[start : start + 8] for start in range(0, len(order), 8)]
+        return sum(8 * max(lengths[i] for i in batch) for batch in batches) / sum(lengths)
+
+    first_epoch = list(sampler)
+    assert sorted(first_epoch) == list(range(640))
+    assert padding_ratio(first_epoch) < 1.1 < 1.5 < padding_ratio(list(range(640)))
+    sampler.set_epoch(1)
+    second_epoch = list(sampler)
+    assert second_epoch != first_epoch
+    sampler.set_epoch(0)
+    assert list(sampler) == first_epoch  # an epoch's order depends only on the seed and the epoch
 
 
 LAUNCHERS = {

