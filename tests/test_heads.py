@@ -285,6 +285,42 @@ def test_heads_follow_the_attention_mask(tokenizer, head_class):
     assert_within_guarantee(masked[:, :4] if head_class is ElmoForTokenClassification else masked, cut)
 
 
+@pytest.mark.parametrize("head_class", [ElmoForTokenClassification, ElmoForSequenceClassification])
+def test_precomputed_elmo_hidden_states_give_the_same_logits_loss_and_gradients(tokenizer, head_class):
+    model = head_with_random_weights(head_class, num_labels=3, use_output_elmo=True, task_encoder_layers=1)
+    encoding = encode(tokenizer)
+    if head_class is ElmoForTokenClassification:
+        labels = word_labels(encoding, lambda row, word: word % 3)
+    else:
+        labels = torch.tensor([0, 2, 1])
+    with torch.no_grad():
+        layers = model.elmo(**encoding, output_hidden_states=True).hidden_states
+    precomputed = torch.stack(layers, dim=1)  # (batch, layers, words, 2 * projection_dim)
+    expected = model(**encoding, labels=labels)
+    expected.loss.backward()
+    expected_gradients = [p.grad.clone() for p in model.parameters() if p.requires_grad]
+    model.zero_grad()
+    output = model(elmo_hidden_states=precomputed, attention_mask=encoding["attention_mask"], labels=labels)
+    output.loss.backward()
+    assert torch.equal(output.logits, expected.logits) and torch.equal(output.loss, expected.loss)
+    for gradient, expected_gradient in zip([p.grad for p in model.parameters() if p.requires_grad], expected_gradients):
+        assert torch.equal(gradient, expected_gradient)
+
+
+def test_precomputed_elmo_hidden_states_are_checked(tokenizer):
+    model = head_with_random_weights(ElmoForTokenClassification, num_labels=3)
+    encoding = encode(tokenizer)
+    with torch.no_grad():
+        layers = torch.stack(model.elmo(**encoding, output_hidden_states=True).hidden_states, dim=1)
+    with pytest.raises(ValueError, match=r"elmo_hidden_states must have shape \(batch, 3, words, 16\) .* got \(3, 2, 7, 16\)"):
+        model(elmo_hidden_states=layers[:, :2], attention_mask=encoding["attention_mask"])
+    with pytest.raises(ValueError, match=r"elmo_hidden_states needs attention_mask of shape \(3, 7\), got None"):
+        model(elmo_hidden_states=layers)
+    model.task_encoder.freeze_bilm = False
+    with pytest.raises(ValueError, match="elmo_hidden_states: precomputed biLM layers need config.freeze_bilm=True"):
+        model(elmo_hidden_states=layers, attention_mask=encoding["attention_mask"])
+
+
 def test_heads_pad_their_output_to_the_input_width_with_a_task_bilstm(tokenizer):
     # Every sentence shorter than the padded width: the task biLSTM's output is padded back to it.
     model = head_with_random_weights(ElmoForTokenClassification, num_labels=3, task_encoder_layers=1)

@@ -1,0 +1,359 @@
+#!/usr/bin/env python
+"""The paper's claim on real data, one command: does ELMo help a tagger and a classifier, and which layer helps?
+
+    python examples/downstream_benchmark.py --model elmo_hf/pretrained/elmo-news-small --output-dir outputs/downstream
+
+Tasks (data from registry packages, read from their archives without installing them; `--data-dir` is searched
+first, and a missing archive is fetched there with `pip download`):
+- `pos`: universal part-of-speech tags of Universal Dependencies English-EWT (12,543 / 2,002 / 2,077 sentences), from
+  the `decomp==0.3.2` wheel (`decomp/data/2.0/normalized/sentence/uds-ewt-sentences-{train,dev,test}-normalized.json`,
+  the syntax-domain tokens' `form` and `upos`; CC BY-SA 4.0). Metric: UPOS accuracy on test.
+- `sentiment`: polarity of the 10,605 movie-review snippets of Hutto and Gilbert (2014), from the
+  `vaderSentiment==3.3.2` sdist (`additional_resources/hutto_ICWSM_2014.tar.gz`, `movieReviewSnippets_GroundTruth.txt`;
+  MIT). Scores of exactly 0 are dropped, the label is the score's sign, and a fixed split (seeded shuffle: 80% train,
+  10% dev, 10% test) is made. Metric: test accuracy.
+
+Rows (`ElmoForTokenClassification` / `ElmoForSequenceClassification` with a one-layer task biLSTM, trained with the
+`Trainer`, the biLM frozen, the same budget for every row, `--seeds` seeds each):
+- `baseline`: the scalar mix frozen on layer 0, so the head sees only the biLM's context-independent token vectors;
+- `top`: ELMo from the top layer only (the mix frozen on it);
+- `all`: the learned mix of all layers (the paper's recipe);
+- `input_output`: the learned mix at the task biLSTM's input and a second one at its output (`use_output_elmo`).
+The biLM is frozen, so its layers are computed once per sentence and passed to every head as `elmo_hidden_states`:
+the numbers are those of heads that run the biLM themselves, at a fraction of the time.
+
+Layer probes (the paper's section 5.3, for `pos`): a linear classifier on each frozen layer alone (layer 0: the token
+vectors; then each biLSTM layer), trained with Adam on the training tokens; test accuracy per layer.
+
+Writes `results.json` (every seed's score, means, standard deviations, settings, timings) into `--output-dir` and
+prints a Markdown table.
+"""
+
+import argparse
+import glob
+import io
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+
+import torch
+from tqdm import tqdm
+from transformers import PrinterCallback, Trainer, TrainingArguments
+from transformers.utils import logging as transformers_logging
+
+from elmo_hf import ElmoConfig, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from elmo_hf.user_errors import UserInputError, reported_as_one_line
+
+DECOMP = "decomp==0.3.2"
+VADER = "vaderSentiment==3.3.2"
+EWT_MEMBER = "decomp/data/2.0/normalized/sentence/uds-ewt-sentences-{split}-normalized.json"
+SNIPPETS_ARCHIVE = "additional_resources/hutto_ICWSM_2014.tar.gz"
+SNIPPETS_MEMBER = "movieReviewSnippets_GroundTruth.txt"
+ROWS = ("baseline", "top", "all", "input_output")
+TASKS = ("pos", "sentiment")
+OFF = -1e4  # a mix weight whose softmax share is exactly 0 in float32
+
+
+# ---- data ----
+
+
+def find_or_fetch(data_dir, pattern, requirement, pip_arguments):
+    """The archive in `data_dir` matching `pattern`, fetched from the package index with pip when missing."""
+    found = sorted(glob.glob(os.path.join(data_dir, pattern)))
+    if not found:
+        os.makedirs(data_dir, exist_ok=True)
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", data_dir, *pip_arguments, requirement]
+        print(f"fetching {requirement}: {' '.join(command)}", file=sys.stderr)
+        subprocess.run(command, check=True)
+        found = sorted(glob.glob(os.path.join(data_dir, pattern)))
+    if not found:
+        raise UserInputError(f"{data_dir}: no {pattern} after pip download of {requirement}")
+    return found[-1]
+
+
+def load_ewt(wheel):
+    """{split: [(words, upos tags)]} for train, dev and test of UD English-EWT, in treebank order."""
+    splits = {}
+    with zipfile.ZipFile(wheel) as archive:
+        for split in ("train", "dev", "test"):
+            try:
+                graphs = json.loads(archive.read(EWT_MEMBER.format(split=split)))["data"]
+            except KeyError:
+                raise UserInputError(f"{wheel}: has no {EWT_MEMBER.format(split=split)}; expected {DECOMP}") from None
+            sentences = []
+            for name in sorted(graphs, key=lambda name: int(name.rsplit("-", 1)[1])):  # ewt-train-1, ewt-train-2, ...
+                tokens = sorted(
+                    (node for node in graphs[name]["nodes"] if node.get("domain") == "syntax" and node.get("type") == "token"),
+                    key=lambda node: node["position"],
+                )  # fmt: skip
+                sentences.append(([node["form"] for node in tokens], [node["upos"] for node in tokens]))
+            splits[split] = sentences
+    return splits
+
+
+def load_movie_reviews(sdist, seed=0):
+    """{split: [(text, label)]}: the snippets with a non-zero score, label 1 if positive, split 80/10/10 after a
+    shuffle seeded with `seed`."""
+    with tarfile.open(sdist) as outer:
+        members = [name for name in outer.getnames() if name.endswith(SNIPPETS_ARCHIVE)]
+        if not members:
+            raise UserInputError(f"{sdist}: has no {SNIPPETS_ARCHIVE}; expected the {VADER} sdist")
+        with tarfile.open(fileobj=io.BytesIO(outer.extractfile(members[0]).read())) as inner:
+            member = next(name for name in inner.getnames() if name.endswith(SNIPPETS_MEMBER))
+            lines = inner.extractfile(member).read().decode("utf-8").splitlines()
+    examples = []
+    for line in lines:
+        if line.strip():
+            _, score, text = line.split("\t", 2)
+            if float(score) != 0.0:
+                examples.append((text.strip(), int(float(score) > 0)))
+    random.Random(seed).shuffle(examples)
+    train_end, dev_end = int(0.8 * len(examples)), int(0.9 * len(examples))
+    return {"train": examples[:train_end], "dev": examples[train_end:dev_end], "test": examples[dev_end:]}
+
+
+# ---- the frozen biLM's layers, once per sentence ----
+
+
+@torch.no_grad()
+def bilm_layers(model, tokenizer, sentences, batch_size, description):
+    """Every layer of the frozen biLM for each sentence (a list of words): a list of `(layers, words + 2, 2 *
+    projection_dim)` tensors, `<S>` and `</S>` included, batched by length."""
+    order = sorted(range(len(sentences)), key=lambda index: len(sentences[index]))
+    layers = [None] * len(sentences)
+    for start in tqdm(range(0, len(order), batch_size), desc=description, unit="batch", file=sys.stderr):
+        rows = order[start : start + batch_size]
+        encoding = tokenizer([sentences[row] for row in rows], is_split_into_words=True, padding=True, return_tensors="pt")
+        hidden_states = model(**encoding, output_hidden_states=True).hidden_states
+        stacked = torch.stack(hidden_states, dim=1)  # (batch, layers, words + 2, 2 * projection_dim)
+        for position, row in enumerate(rows):
+            layers[row] = stacked[position, :, : len(sentences[row]) + 2].clone()
+    return layers
+
+
+class LayersDataset(torch.utils.data.Dataset):
+    """Examples of precomputed biLM layers and their labels (a tag per word, or one class per sentence)."""
+
+    def __init__(self, layers, labels):
+        self.layers, self.labels = layers, labels
+
+    def __len__(self):
+        return len(self.layers)
+
+    def __getitem__(self, index):
+        return {"elmo_hidden_states": self.layers[index], "labels": self.labels[index]}
+
+
+def collate(examples):
+    """Pads `(layers, words, dim)` examples to `(batch, layers, max words, dim)` with an attention mask; tag labels
+    (one per word, boundaries -100) are padded with -100."""
+    width = max(example["elmo_hidden_states"].shape[1] for example in examples)
+    num_layers, _, dim = examples[0]["elmo_hidden_states"].shape
+    states = torch.zeros(len(examples), num_layers, width, dim)
+    mask = torch.zeros(len(examples), width, dtype=torch.long)
+    for row, example in enumerate(examples):
+        words = example["elmo_hidden_states"].shape[1]
+        states[row, :, :words] = example["elmo_hidden_states"]
+        mask[row, :words] = 1
+    batch = {"elmo_hidden_states": states, "attention_mask": mask}
+    if isinstance(examples[0]["labels"], torch.Tensor):  # tags: (words,) each
+        batch["labels"] = torch.full((len(examples), width), -100, dtype=torch.long)
+        for row, example in enumerate(examples):
+            batch["labels"][row, : len(example["labels"])] = example["labels"]
+    else:
+        batch["labels"] = torch.tensor([example["labels"] for example in examples])
+    return batch
+
+
+# ---- heads ----
+
+
+def row_config(row, num_layers):
+    """The head settings of one table row (`num_layers`: the biLM's layers, token layer included)."""
+    if row == "baseline":
+        return {"scalar_mix_initial_weights": [0.0] + [OFF] * (num_layers - 1), "scalar_mix_trainable": False}
+    if row == "top":
+        return {"scalar_mix_initial_weights": [OFF] * (num_layers - 1) + [0.0], "scalar_mix_trainable": False}
+    if row == "all":
+        return {}
+    if row == "input_output":
+        return {"use_output_elmo": True}
+    raise ValueError(f"row: one of {ROWS}, got {row!r}")
+
+
+@torch.no_grad()
+def accuracy(model, dataset, batch_size):
+    """Accuracy over the labelled words (tags) or the sentences (classes) of `dataset`."""
+    model.eval()
+    correct = total = 0
+    for start in range(0, len(dataset), batch_size):
+        batch = collate([dataset[index] for index in range(start, min(start + batch_size, len(dataset)))])
+        labels = batch.pop("labels")
+        predictions = model(**batch).logits.argmax(dim=-1)
+        scored = labels != -100
+        correct += int((predictions[scored] == labels[scored]).sum())
+        total += int(scored.sum())
+    return correct / total
+
+
+def train_head(args, task, row, seed, bilm_config, datasets, num_labels):
+    """Trains one head with the Trainer; returns its dev and test accuracy."""
+    head_class = ElmoForTokenClassification if task == "pos" else ElmoForSequenceClassification
+    num_layers = bilm_config.num_lstm_layers + 1
+    config = ElmoConfig(**{
+        **bilm_config.to_dict(), "num_labels": num_labels, "freeze_bilm": True, "task_encoder_layers": 1,
+        "task_encoder_hidden_size": args.task_hidden_size, "use_output_elmo": False, "classifier_dropout": 0.5,
+        "scalar_mix_dropout": 0.0, **row_config(row, num_layers),
+    })  # fmt: skip
+    torch.manual_seed(seed)
+    # The biLM's weights are never used (its layers are precomputed), so the head is built without loading them.
+    model = head_class(config)
+    with tempfile.TemporaryDirectory() as output_dir:
+        training_args = TrainingArguments(
+            output_dir=output_dir, per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate,
+            num_train_epochs=args.epochs[task], weight_decay=0.0, seed=seed, data_seed=seed, save_strategy="no",
+            eval_strategy="no", logging_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True,
+            dataloader_drop_last=False,
+        )  # fmt: skip
+        trainer = Trainer(model=model, args=training_args, train_dataset=datasets["train"], data_collator=collate)
+        trainer.remove_callback(PrinterCallback)  # one progress bar over the runs instead of a line per run
+        trainer.train()
+    return {split: accuracy(model, datasets[split], 4 * args.batch_size) for split in ("dev", "test")}
+
+
+# ---- layer probes ----
+
+
+def probe_layer(layers, tags, layer, seed, epochs, batch_size=512):
+    """Test accuracy of a linear classifier on one frozen layer's word vectors (boundaries left out)."""
+
+    def tokens(split):
+        vectors = torch.cat([states[layer, 1:-1] for states in layers[split]])  # (words, 2 * projection_dim)
+        if layer == 0:
+            vectors = vectors[:, : vectors.shape[1] // 2]  # layer 0 is [x; x]: the token vector x once
+        return vectors, torch.cat(tags[split])
+
+    train_vectors, train_tags = tokens("train")
+    test_vectors, test_tags = tokens("test")
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    classifier = torch.nn.Linear(train_vectors.shape[1], int(train_tags.max()) + 1)
+    optimizer = torch.optim.Adam(classifier.parameters(), lr=1e-3)
+    for _ in range(epochs):
+        for batch in torch.randperm(len(train_tags), generator=generator).split(batch_size):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(classifier(train_vectors[batch]), train_tags[batch]).backward()
+            optimizer.step()
+    with torch.no_grad():
+        return float((classifier(test_vectors).argmax(dim=-1) == test_tags).float().mean())
+
+
+# ---- the run ----
+
+
+def summary(values):
+    return {"mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+
+def prepare_task(args, task, model, tokenizer):
+    """(datasets per split, number of labels, label names, test examples) of a task, with the biLM's layers."""
+    if task == "pos":
+        wheel = find_or_fetch(args.data_dir, "decomp-0.3.2-*.whl", DECOMP,
+                              ["--only-binary=:all:", "--python-version", "3.12"])  # fmt: skip
+        splits = load_ewt(wheel)
+        names = sorted({tag for split in splits.values() for _, tags in split for tag in tags})
+        tag_ids = {name: index for index, name in enumerate(names)}
+        words = {split: [w for w, _ in examples] for split, examples in splits.items()}
+        labels = {split: [torch.tensor([-100, *(tag_ids[t] for t in tags), -100]) for _, tags in examples]
+                  for split, examples in splits.items()}  # fmt: skip
+    else:
+        sdist = find_or_fetch(args.data_dir, "vaderSentiment-3.3.2.tar.gz", VADER, ["--no-binary=:all:"])
+        splits = load_movie_reviews(sdist)
+        names = ["negative", "positive"]
+        words = {split: [tokenizer.tokenize(text) or ["."] for text, _ in examples] for split, examples in splits.items()}
+        labels = {split: [label for _, label in examples] for split, examples in splits.items()}
+    if args.max_examples is not None:  # a slice, for quick runs and tests
+        words = {split: values[: args.max_examples] for split, values in words.items()}
+        labels = {split: values[: args.max_examples] for split, values in labels.items()}
+    layers = {split: bilm_layers(model, tokenizer, words[split], 64, f"{task} {split}: biLM layers") for split in words}
+    datasets = {split: LayersDataset(layers[split], labels[split]) for split in words}
+    return datasets, layers, labels, names, {split: len(values) for split, values in words.items()}
+
+
+def markdown_table(results):
+    lines = ["| task (metric) | " + " | ".join(ROWS) + " |", "|---" * (len(ROWS) + 1) + "|"]
+    for task, figures in results["tasks"].items():
+        cells = [f"{100 * figures['rows'][row]['test']['mean']:.2f} ± {100 * figures['rows'][row]['test']['std']:.2f}"
+                 for row in ROWS]  # fmt: skip
+        lines.append(f"| {task} (test accuracy, %) | " + " | ".join(cells) + " |")
+    if "probes" in results["tasks"].get("pos", {}):
+        probes = results["tasks"]["pos"]["probes"]
+        lines += ["", "| pos linear probe | " + " | ".join(f"layer {k}" for k in range(len(probes))) + " |",
+                  "|---" * (len(probes) + 1) + "|",
+                  "| test accuracy, % | " + " | ".join(f"{100 * value:.2f}" for value in probes) + " |"]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="an ELMo biLM folder or Hub id (ElmoModel weights)")
+    parser.add_argument("--output-dir", required=True, help="gets results.json")
+    parser.add_argument("--data-dir", default="outputs/downstream-data", help="where the archives are (or go)")
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--pos-epochs", type=float, default=3.0)
+    parser.add_argument("--sentiment-epochs", type=float, default=4.0)
+    parser.add_argument("--probe-epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--task-hidden-size", type=int, default=128, help="the task biLSTM's size per direction")
+    parser.add_argument("--max-examples", type=int, help="use only the first N examples of every split (a slice)")
+    args = parser.parse_args(argv)
+    args.epochs = {"pos": args.pos_epochs, "sentiment": args.sentiment_epochs}
+    transformers_logging.set_verbosity_error()
+
+    start = time.time()
+    model = ElmoModel.from_pretrained(args.model).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(args.model)
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())  # fmt: skip
+    results = {"model": args.model, "cpu": cpu, "threads": torch.get_num_threads(), "settings": {
+        key: value for key, value in vars(args).items() if key not in ("model", "output_dir", "data_dir")}, "tasks": {}}
+    for task in args.tasks:
+        task_start = time.time()
+        datasets, layers, labels, names, sizes = prepare_task(args, task, model, tokenizer)
+        figures = {"sizes": sizes, "labels": names, "rows": {}}
+        runs = [(row, seed) for row in ROWS for seed in args.seeds]
+        scores = {row: [] for row in ROWS}
+        for row, seed in tqdm(runs, desc=f"{task}: heads", unit="run", file=sys.stderr):
+            scores[row].append(train_head(args, task, row, seed, model.config, datasets, len(names)))
+        for row in ROWS:
+            figures["rows"][row] = {split: {**summary([score[split] for score in scores[row]]),
+                                            "seeds": [score[split] for score in scores[row]]}
+                                    for split in ("dev", "test")}  # fmt: skip
+        if task == "pos":
+            tags = {split: [values[1:-1] for values in labels[split]] for split in labels}
+            figures["probes"] = [probe_layer(layers, tags, layer, args.seeds[0], args.probe_epochs)
+                                 for layer in range(model.config.num_lstm_layers + 1)]  # fmt: skip
+        figures["seconds"] = round(time.time() - task_start, 1)
+        results["tasks"][task] = figures
+    results["seconds"] = round(time.time() - start, 1)
+    os.makedirs(args.output_dir, exist_ok=True)
+    with open(os.path.join(args.output_dir, "results.json"), "w", encoding="utf-8") as output:
+        json.dump(results, output, indent=1)
+    print(markdown_table(results))
+    print(f"\n{results['seconds'] / 60:.1f} minutes on {cpu}, {results['threads']} threads")
+    return results
+
+
+if __name__ == "__main__":
+    with reported_as_one_line():
+        main()

@@ -1,0 +1,122 @@
+"""examples/downstream_benchmark.py end to end on a tiny slice: archives laid out as the decomp wheel and the
+vaderSentiment sdist (built here, so nothing is fetched), a tiny biLM, every row, seed and probe, results.json."""
+
+import io
+import json
+import sys
+import tarfile
+import zipfile
+
+import pytest
+import torch
+
+from conftest import REPO_ROOT, tiny_model
+from elmo_hf import ElmoTokenizer
+
+sys.path.insert(0, str(REPO_ROOT / "examples"))
+import downstream_benchmark  # noqa: E402
+
+TAGGED = [  # (words, upos): word identity decides the tag, so a head can learn it
+    (["The", "dog", "runs", "."], ["DET", "NOUN", "VERB", "PUNCT"]),
+    (["A", "cat", "sleeps", "."], ["DET", "NOUN", "VERB", "PUNCT"]),
+    (["Dogs", "run"], ["NOUN", "VERB"]),
+]
+
+
+def ewt_graph(name, words, tags):
+    nodes = [{"domain": "syntax", "type": "token", "position": position, "form": word, "upos": tag}
+             for position, (word, tag) in reversed(list(enumerate(zip(words, tags), start=1)))]  # fmt: skip
+    nodes.append({"domain": "semantics", "type": "predicate", "form": "ignored"})
+    return {"nodes": nodes, "graph": [["name", name]]}
+
+
+def write_decomp_wheel(path, sentences_per_split=6):
+    with zipfile.ZipFile(path, "w") as wheel:
+        for split in ("train", "dev", "test"):
+            graphs = {}
+            for index in range(sentences_per_split):
+                words, tags = TAGGED[index % len(TAGGED)]
+                graphs[f"ewt-{split}-{index + 1}"] = ewt_graph(f"ewt-{split}-{index + 1}", words, tags)
+            wheel.writestr(downstream_benchmark.EWT_MEMBER.format(split=split), json.dumps({"metadata": {}, "data": graphs}))
+
+
+def write_vader_sdist(path, snippets=40):
+    lines = []
+    for index in range(snippets):
+        score = [2.5, -1.75, 0.0, 3.0][index % 4]
+        text = "A wonderful , moving film ." if score > 0 else "Dull and tedious ." if score < 0 else "A film ."
+        lines.append(f"{index + 1}\t{score}\t{text}")
+    snippets_file = io.BytesIO()
+    with tarfile.open(fileobj=snippets_file, mode="w:gz") as inner:
+        data = "\r\n".join(lines).encode("utf-8")
+        info = tarfile.TarInfo("hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt")
+        info.size = len(data)
+        inner.addfile(info, io.BytesIO(data))
+    with tarfile.open(path, "w:gz") as outer:
+        info = tarfile.TarInfo("vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz")
+        info.size = len(snippets_file.getvalue())
+        outer.addfile(info, io.BytesIO(snippets_file.getvalue()))
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    directory = tmp_path / "data"
+    directory.mkdir()
+    write_decomp_wheel(directory / "decomp-0.3.2-py3-none-any.whl")
+    write_vader_sdist(directory / "vaderSentiment-3.3.2.tar.gz")
+    return directory
+
+
+def test_readers_take_the_syntax_tokens_in_order_and_label_snippets_by_sign(data_dir):
+    splits = downstream_benchmark.load_ewt(data_dir / "decomp-0.3.2-py3-none-any.whl")
+    assert [len(splits[split]) for split in ("train", "dev", "test")] == [6, 6, 6]
+    assert splits["train"][0] == TAGGED[0]  # positions sorted, the semantics node left out
+    assert splits["dev"][2] == TAGGED[2]
+    reviews = downstream_benchmark.load_movie_reviews(data_dir / "vaderSentiment-3.3.2.tar.gz")
+    examples = [example for split in ("train", "dev", "test") for example in reviews[split]]
+    assert [len(reviews[split]) for split in ("train", "dev", "test")] == [24, 3, 3]  # 30 non-zero scores, 80/10/10
+    assert sorted(examples) == sorted([("A wonderful , moving film .", 1)] * 20 + [("Dull and tedious .", 0)] * 10)
+    assert downstream_benchmark.load_movie_reviews(data_dir / "vaderSentiment-3.3.2.tar.gz") == reviews  # seeded
+
+
+def test_precomputed_layers_equal_the_biLM_run_on_each_sentence_alone():
+    model = tiny_model().eval()
+    tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+    sentences = [words for words, _ in TAGGED]
+    layers = downstream_benchmark.bilm_layers(model, tokenizer, sentences, 2, "test")
+    for words, states in zip(sentences, layers):
+        with torch.no_grad():
+            alone = model(**tokenizer([words], is_split_into_words=True, return_tensors="pt"), output_hidden_states=True)
+        assert states.shape == (3, len(words) + 2, 2 * model.config.projection_dim)
+        torch.testing.assert_close(states, torch.stack(alone.hidden_states, dim=1)[0], rtol=0, atol=1e-6)
+
+
+def test_rows_mix_the_layers_they_name():
+    assert downstream_benchmark.row_config("baseline", 3)["scalar_mix_initial_weights"][0] == 0.0
+    for row, layer in (("baseline", 0), ("top", 2)):
+        weights = torch.tensor(downstream_benchmark.row_config(row, 3)["scalar_mix_initial_weights"])
+        assert torch.equal(torch.softmax(weights, dim=0), torch.eye(3)[layer])  # exactly one layer, frozen
+        assert downstream_benchmark.row_config(row, 3)["scalar_mix_trainable"] is False
+    assert downstream_benchmark.row_config("input_output", 3) == {"use_output_elmo": True}
+
+
+def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, capsys, one_thread):
+    model_dir = tmp_path / "bilm"
+    model = tiny_model()
+    model.save_pretrained(model_dir)
+    ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token).save_pretrained(model_dir)
+    results = downstream_benchmark.main([
+        "--model", str(model_dir), "--output-dir", str(tmp_path / "out"), "--data-dir", str(data_dir),
+        "--seeds", "0", "1", "--pos-epochs", "2", "--sentiment-epochs", "2", "--probe-epochs", "2",
+        "--task-hidden-size", "8", "--max-examples", "20",
+    ])  # fmt: skip
+    assert json.loads((tmp_path / "out" / "results.json").read_text()) == json.loads(json.dumps(results))
+    for task in ("pos", "sentiment"):
+        rows = results["tasks"][task]["rows"]
+        assert set(rows) == set(downstream_benchmark.ROWS)
+        for figures in rows.values():
+            assert len(figures["test"]["seeds"]) == 2 and all(0.0 <= value <= 1.0 for value in figures["test"]["seeds"])
+    assert results["tasks"]["pos"]["labels"] == ["DET", "NOUN", "PUNCT", "VERB"]
+    assert len(results["tasks"]["pos"]["probes"]) == 3
+    table = capsys.readouterr().out
+    assert "| pos (test accuracy, %) |" in table and "| sentiment (test accuracy, %) |" in table
