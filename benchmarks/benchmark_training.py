@@ -1,7 +1,7 @@
 """biLM training speed: words/s of forward, sampled softmax, backward and optimiser step, old code against new.
 
     python benchmarks/benchmark_training.py [--revisions HEAD 5e4a05d] [--configs shipped larger] [--steps 60]
-        [--batch-size 64] [--rounds 2] [--threads 2] [--batching file-order|length-grouped]
+        [--batch-size 64] [--rounds 2] [--threads 2] [--batching file-order|length-grouped] [--dropout 0.15]
         [--work-dir /tmp/elmo-train-bench]
 
 Each revision is checked out in a git worktree under --work-dir and timed in its own process (imported from that
@@ -60,7 +60,8 @@ def worker(args):
     vocabulary = json.loads(pathlib.Path(args.vocabulary).read_text(encoding="utf-8"))
     word_ids = {word: index for index, word in enumerate(vocabulary)}
     torch.manual_seed(0)
-    config = ElmoConfig(**SHARED, **CONFIGS[args.config], vocab_size=len(vocabulary))
+    config = ElmoConfig(**{**SHARED, "pretraining_dropout": args.dropout}, **CONFIGS[args.config],
+                        vocab_size=len(vocabulary))
     model = ElmoForPreTraining(config).train()
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
@@ -132,6 +133,9 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--dropout", type=float, default=SHARED["pretraining_dropout"],
+                        help="pretraining_dropout; 0 makes the revisions' loss curves comparable step by step (their "
+                             "dropout masks are drawn over differently shaped tensors)")
     parser.add_argument("--batching", choices=["file-order", "length-grouped"], default="file-order",
                         help="batches of consecutive sentences, or run_bilm_pretraining's length-grouped batches "
                              "(--train_sampling_strategy group_by_length); every revision gets the same batches")
@@ -175,8 +179,8 @@ def main(argv=None):
           f"(+{args.warmup} untimed), {mean_words:.1f} words per sentence, {args.batching} batches "
           f"({padding:.2f} padded positions per word)", flush=True)
     results = {"cpu": cpu, "threads": args.threads, "batch_size": args.batch_size, "steps": args.steps,
-               "batching": args.batching, "padded_per_word": padding, "revisions": args.revisions,
-               "configs": {}}  # fmt: skip
+               "batching": args.batching, "dropout": args.dropout, "padded_per_word": padding,
+               "revisions": args.revisions, "configs": {}}  # fmt: skip
     paths = {revision: checkout(revision, args.work_dir) for revision in args.revisions}
     for config_name in args.configs:
         flops_per_word, options = training_flops_per_word(config_name, mean_words)
@@ -189,6 +193,7 @@ def main(argv=None):
         for index in range(args.rounds):
             for revision, path in paths.items():
                 command = [sys.executable, __file__, "--worker", "--config", config_name, "--steps", str(args.steps),
+                           "--dropout", str(args.dropout),
                            "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
                            "--threads", str(args.threads), "--sentences", str(args.work_dir / "sentences.json"),
                            "--vocabulary", str(args.work_dir / "vocabulary.json")]  # fmt: skip

@@ -11,7 +11,8 @@ nodes per word, and its backward computes the recurrent and projection weight gr
 
 It is the same arithmetic: the outputs differ from the reference only by the rounding of the input product (taken
 here over word-major rows), the gradients only by summation order (`tests/test_lstm_training_kernel.py` compares
-both in float64). `ElmoBiLstm.forward` uses it whenever a gradient is needed; `benchmarks/benchmark_training.py` measures it.
+both in float64). `ElmoBiLstm.forward` uses it whenever a gradient is needed; `benchmarks/benchmark_training.py`
+measures it.
 """
 
 import torch
@@ -46,10 +47,10 @@ class _LstmRecurrence(torch.autograd.Function):
         lstm_dim = four_lstm_dim // 4
         running_steps = mask.t().reshape(words, 1, batch, 1)  # (words, 1, batch, 1)
         # Everything is word-major, (2, words, batch, dim): step t is `[:, t]`, each direction's rows contiguous, a
-        # layout the batched products read and write without copies.
-        # What the backward needs, step by step: the gate activations sigmoid(i),
-        # sigmoid(f), tanh(g), sigmoid(o) side by side, the cell and hidden state before the step, the new cell
-        # before its clip, the cell output `memory` (the projection's input) and the new hidden state before its clip.
+        # layout the batched products read and write without copies. Kept for the backward, step by step: the gate
+        # activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) side by side, the cell and hidden state before the
+        # step, the new cell before its clip, the cell output `memory` (the projection's input) and the new hidden
+        # state before its clip.
         activations = torch.empty_like(gate_inputs)
         cells_before, new_cells, memories = (cell.new_empty(2, words, batch, lstm_dim) for _ in range(3))
         hiddens_before, projected, outputs = (hidden.new_empty(2, words, batch, hidden.shape[-1]) for _ in range(3))
@@ -77,7 +78,7 @@ class _LstmRecurrence(torch.autograd.Function):
         return outputs, cell, hidden  # outputs (2, words, batch, projection_dim)
 
     @staticmethod
-    def backward(ctx, output_grad, final_cell_grad, final_hidden_grad):
+    def backward(ctx, outputs_grad, final_cell_grad, final_hidden_grad):
         (recurrent_weight, projection_weight, running_steps, activations, cells_before, new_cells, memories,
          hiddens_before, projected) = ctx.saved_tensors  # fmt: skip
         cell_clip, proj_clip = ctx.clips
@@ -97,22 +98,22 @@ class _LstmRecurrence(torch.autograd.Function):
         for step in range(words - 1, -1, -1):
             running = running_steps[step]  # (1, batch, 1)
             # Rows without a word at this step passed their state through unchanged: so does the gradient.
-            new_hidden_grad = torch.mul(hidden_grad + output_grad[:, step], running, out=projected_grads[:, step])
+            new_hidden_grad = torch.mul(hidden_grad + outputs_grad[:, step], running, out=projected_grads[:, step])
             if hidden_clip_masks is not None:
                 new_hidden_grad.mul_(hidden_clip_masks[:, step])  # the gradient of memory @ P
             memory_grad = torch.bmm(new_hidden_grad, projection_weight_t)  # (2, batch, lstm_dim)
             input_act, forget_act, candidate_act, output_act = activations[:, step].chunk(4, dim=-1)
-            input_grad, forget_grad, candidate_grad, output_grad_ = gate_grads[:, step].chunk(4, dim=-1)
+            input_gate_grad, forget_gate_grad, candidate_grad, output_gate_grad = gate_grads[:, step].chunk(4, dim=-1)
             cell_tanh = torch.tanh(new_cells[:, step])
             # d memory / d cell = o (1 - tanh(c)^2)
             cell_total_grad = cell_grad * running + memory_grad * output_act * (1 - cell_tanh**2)
             if cell_clip_masks is not None:
                 cell_total_grad.mul_(cell_clip_masks[:, step])
             # d/d(pre-activation) of each gate: sigmoid' = s (1 - s), tanh' = 1 - t^2.
-            torch.mul(cell_total_grad * candidate_act, input_act * (1 - input_act), out=input_grad)
-            torch.mul(cell_total_grad * cells_before[:, step], forget_act * (1 - forget_act), out=forget_grad)
+            torch.mul(cell_total_grad * candidate_act, input_act * (1 - input_act), out=input_gate_grad)
+            torch.mul(cell_total_grad * cells_before[:, step], forget_act * (1 - forget_act), out=forget_gate_grad)
             torch.mul(cell_total_grad * input_act, 1 - candidate_act**2, out=candidate_grad)
-            torch.mul(memory_grad * cell_tanh, output_act * (1 - output_act), out=output_grad_)
+            torch.mul(memory_grad * cell_tanh, output_act * (1 - output_act), out=output_gate_grad)
             hidden_grad = torch.baddbmm(hidden_grad.masked_fill(running, 0.0), gate_grads[:, step], recurrent_weight_t)
             cell_grad = torch.addcmul(cell_grad.masked_fill(running, 0.0), cell_total_grad, forget_act)
 

@@ -90,10 +90,9 @@ def load_ewt(wheel):
                 raise UserInputError(f"{wheel}: has no {EWT_MEMBER.format(split=split)}; expected {DECOMP}") from None
             sentences = []
             for name in sorted(graphs, key=lambda name: int(name.rsplit("-", 1)[1])):  # ewt-train-1, ewt-train-2, ...
-                tokens = sorted(
-                    (node for node in graphs[name]["nodes"] if node.get("domain") == "syntax" and node.get("type") == "token"),
-                    key=lambda node: node["position"],
-                )  # fmt: skip
+                nodes = graphs[name]["nodes"]
+                tokens = [node for node in nodes if node.get("domain") == "syntax" and node.get("type") == "token"]
+                tokens.sort(key=lambda node: node["position"])
                 sentences.append(([node["form"] for node in tokens], [node["upos"] for node in tokens]))
             splits[split] = sentences
     return splits
@@ -131,7 +130,8 @@ def bilm_layers(model, tokenizer, sentences, batch_size, description):
     layers = [None] * len(sentences)
     for start in tqdm(range(0, len(order), batch_size), desc=description, unit="batch", file=sys.stderr):
         rows = order[start : start + batch_size]
-        encoding = tokenizer([sentences[row] for row in rows], is_split_into_words=True, padding=True, return_tensors="pt")
+        batch = [sentences[row] for row in rows]
+        encoding = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
         hidden_states = model(**encoding, output_hidden_states=True).hidden_states
         stacked = torch.stack(hidden_states, dim=1)  # (batch, layers, words + 2, 2 * projection_dim)
         for position, row in enumerate(rows):
@@ -278,7 +278,8 @@ def prepare_task(args, task, model, tokenizer):
         sdist = find_or_fetch(args.data_dir, "vaderSentiment-3.3.2.tar.gz", VADER, ["--no-binary=:all:"])
         splits = load_movie_reviews(sdist)
         names = ["negative", "positive"]
-        words = {split: [tokenizer.tokenize(text) or ["."] for text, _ in examples] for split, examples in splits.items()}
+        words = {split: [tokenizer.tokenize(text) or ["."] for text, _ in examples]
+                 for split, examples in splits.items()}  # fmt: skip
         labels = {split: [label for _, label in examples] for split, examples in splits.items()}
     if args.max_examples is not None:  # a slice, for quick runs and tests
         words = {split: values[: args.max_examples] for split, values in words.items()}
@@ -309,8 +310,8 @@ def main(argv=None):
     parser.add_argument("--data-dir", default="outputs/downstream-data", help="where the archives are (or go)")
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--pos-epochs", type=float, default=3.0)
-    parser.add_argument("--sentiment-epochs", type=float, default=4.0)
+    parser.add_argument("--pos-epochs", type=float, default=2.0)
+    parser.add_argument("--sentiment-epochs", type=float, default=3.0)
     parser.add_argument("--probe-epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-3)

