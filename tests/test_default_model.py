@@ -37,8 +37,7 @@ from elmo_hf import (
 
 pytestmark = pytest.mark.usefixtures("loopback_only", "one_thread")
 
-MODEL_DIR = pathlib.Path(DEFAULT_MODEL)
-SHIPPED = {"news": MODEL_DIR, "ptb": pathlib.Path(PTB_MODEL)}
+SHIPPED = {"news": pathlib.Path(DEFAULT_MODEL), "ptb": pathlib.Path(PTB_MODEL)}
 # name: (largest parameter count, largest file in bytes, vocabulary size, ELMo vector width)
 LIMITS = {"news": (10_000_000, 20 * 10**6, 20003, 384), "ptb": (6_000_000, 10 * 10**6, 10002, 256)}
 RESULTS = {name: json.loads((path / "eval_results.json").read_text(encoding="utf-8")) for name, path in SHIPPED.items()}
@@ -83,7 +82,7 @@ def test_it_is_small_half_precision_on_disk_and_float32_in_memory(name):
     weights = SHIPPED[name] / "model.safetensors"
     assert weights.stat().st_size <= max_bytes
     with safe_open(str(weights), "pt") as stored:
-        dtypes = {stored.get_slice(name).get_dtype() for name in stored.keys()}
+        dtypes = {stored.get_slice(key).get_dtype() for key in stored.keys()}
     assert dtypes == {"F16"}
     model = ElmoForPreTraining.from_pretrained(SHIPPED[name])
     assert {parameter.dtype for parameter in model.parameters()} == {torch.float32}
