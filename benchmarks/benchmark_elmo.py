@@ -19,9 +19,9 @@ shared peer folder, `../shared/peer` relative to the repository (or `--peer-dir`
      1e-5) and prints the ratios; a peer whose vectors differ gets no ratio.
 All sides count words without the sentence boundaries and time the tokenization too (prep).
 
-`--device cuda` runs our side on a GPU (every batch's vectors are copied back to the host inside the timed call,
-which also waits for the GPU); allennlp's harness stays on the CPU, so the ratios then compare a GPU with 2 CPU
-threads.
+`--device cuda` runs our side and allennlp's on the GPU (`allennlp_on_device.py`, the same harness; every batch's
+vectors are copied back to the host inside the timed call, which also waits for the GPU), and measures the roofs on
+the GPU. bilm-tf's peer is CPU-only TensorFlow, so it is refused there.
 
 `--single-sentence-process` adds, per size, one more process per side that only ever embeds one sentence at a
 time (the shared harness with batch size 1 on the first 50 sentences, no output check): the peak RSS of a
@@ -116,7 +116,11 @@ def run_ours(args, checkpoint, json_path, dump_path=None, single_sentences=False
 def run_peer(args, model_dir, json_path, dump_path=None, single_sentences=False, peer="allennlp"):
     """A peer's process: the main workload, or with `single_sentences` one sentence at a time (see above); the
     check vectors go to `dump_path` when given."""
-    command = [str(peer_venvs(args)[peer] / "bin" / "python"), str(args.peer_dir / PEER_SCRIPTS[peer]), str(model_dir),
+    script = [str(args.peer_dir / PEER_SCRIPTS[peer])]
+    if args.device != "cpu":  # the shared peer scripts run on the CPU; ours runs allennlp on the device
+        script = [str(REPO_ROOT / "benchmarks" / "allennlp_on_device.py"), "--peer-dir", str(args.peer_dir),
+                  "--device", args.device]
+    command = [str(peer_venvs(args)[peer] / "bin" / "python"), *script, str(model_dir),
                "--json", str(json_path), "--reps", str(args.reps), "--threads", str(args.threads),
                *_workload_arguments(args, single_sentences)]
     if dump_path is not None:
@@ -135,7 +139,8 @@ def measure_roofs(args, size, source):
     """This machine's compute and memory roofs for the size's configuration (roofline.py, in its own process)."""
     json_path = args.work_dir / f"{size}-roofs.json"
     subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "roofline.py"), str(source / "options.json"),
-                    "--threads", str(args.threads), "--json", str(json_path)], check=True, env=_environment(args))
+                    "--threads", str(args.threads), "--device", args.device, "--json", str(json_path)], check=True,
+                   env=_environment(args))
     return json.loads(json_path.read_text())
 
 
@@ -290,11 +295,18 @@ def main(argv=None):
 
         if args.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {args.device}: this torch sees no CUDA device")
+        if args.bilmtf_venv is not None:
+            raise ValueError(f"--bilmtf-venv with --device {args.device}: bilm-tf's peer runs on the CPU only")
     args.work_dir.mkdir(parents=True, exist_ok=True)
 
     all_results = {"machine_at_start": machine_line(), "threads": args.threads}
     all_results["variant"] = args.variant
     all_results["device"] = args.device
+    if args.device.startswith("cuda"):
+        import torch
+
+        all_results["accelerator"] = f"{torch.cuda.get_device_name(args.device)}, torch {torch.__version__}"
+        print(f"accelerator: {all_results['accelerator']}", flush=True)
     print(f"machine at start: {all_results['machine_at_start']}; elmo_hf variant: {args.variant} on {args.device}",
           flush=True)
     for size in args.sizes:

@@ -1,6 +1,6 @@
 """This machine's roofs for an ELMo configuration, measured with torch at the model's own shapes.
 
-    python benchmarks/roofline.py OPTIONS_JSON [--threads 2] [--batch-rows 32] [--tokens 832]
+    python benchmarks/roofline.py OPTIONS_JSON [--threads 2] [--batch-rows 32] [--tokens 832] [--device cpu]
 
 Two roofs, so that speed figures from different machines can be compared as fractions:
 
@@ -15,6 +15,9 @@ Two roofs, so that speed figures from different machines can be compared as frac
   its words). The roof is the best bandwidth of those one-row products, measured on matrices of the model's shapes
   (one product per matrix, or both directions in one batched product as the model runs them), over the bytes they
   stream per word.
+
+`--device cuda` measures the same products on the GPU (each timing waits for the GPU), so that a GPU run's speed is
+a fraction of that GPU's roofs.
 
 Words here are the workload's words (the model also processes `<S>` and `</S>`, which the roofs do not count), as in
 the benchmark's words/s.
@@ -31,31 +34,41 @@ import torch
 PEER_DIR = pathlib.Path(__file__).resolve().parents[2] / "shared" / "peer"
 
 
-def rate(product, work, min_seconds=0.3, repeats=5):
+def wait_for(device):
+    """Block until `device` has finished its queued work (a no-op on the CPU, whose products are synchronous)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def rate(product, work, device, min_seconds=0.3, repeats=5):
     """Median of `repeats` timings of `product()` (each over enough calls to last `min_seconds`), as work per second."""
     product()
     calls, elapsed = 1, 0.0
     while elapsed < 0.05:  # calibrate: calls per ~0.05 s
+        wait_for(device)
         start = time.perf_counter()
         for _ in range(calls):
             product()
+        wait_for(device)
         elapsed = time.perf_counter() - start
         calls *= 2
     calls = max(1, int(calls * min_seconds / max(elapsed, 1e-9) / 2))
     rates = []
     for _ in range(repeats):
+        wait_for(device)
         start = time.perf_counter()
         for _ in range(calls):
             product()
+        wait_for(device)
         rates.append(work * calls / (time.perf_counter() - start))
     return sorted(rates)[len(rates) // 2]
 
 
-def gemm_rate(rows, inner, columns):
-    """FLOP/s of `x (rows, inner) @ w (inner, columns)` in float32."""
-    x, w = torch.randn(rows, inner), torch.randn(inner, columns) * 0.02
-    out = torch.empty(rows, columns)
-    return rate(lambda: torch.mm(x, w, out=out), 2.0 * rows * inner * columns)
+def gemm_rate(rows, inner, columns, device):
+    """FLOP/s of `x (rows, inner) @ w (inner, columns)` in float32 on `device`."""
+    x, w = torch.randn(rows, inner, device=device), torch.randn(inner, columns, device=device) * 0.02
+    out = torch.empty(rows, columns, device=device)
+    return rate(lambda: torch.mm(x, w, out=out), 2.0 * rows * inner * columns, device)
 
 
 def products_per_word(options):
@@ -79,7 +92,7 @@ def products_per_word(options):
     return products
 
 
-def compute_roof(options, batch_rows=32, tokens=832):
+def compute_roof(options, device, batch_rows=32, tokens=832):
     """Words/s at the best GEMM rate on the model's shapes, and each product's rate (GFLOP/s) and FLOPs per word."""
     chars = options["char_cnn"]["max_characters_per_token"]
     parts = {}
@@ -89,7 +102,7 @@ def compute_roof(options, batch_rows=32, tokens=832):
             rows = 64 * (chars - width + 1)
         else:
             rows = batch_rows if rows_kind == "batch" else tokens
-        gflops = gemm_rate(rows, inner, columns) / 1e9
+        gflops = gemm_rate(rows, inner, columns, device) / 1e9
         parts[name] = {"mflop_per_word": flops / 1e6, "gflop_per_s": gflops, "rows": rows}
     total = sum(flops for _, flops, *_ in products_per_word(options))
     peak = max(part["gflop_per_s"] for part in parts.values())
@@ -99,7 +112,7 @@ def compute_roof(options, batch_rows=32, tokens=832):
             "words_per_s_at_each_shape": 1.0 / seconds_per_word, "products": parts}
 
 
-def memory_roof(options):
+def memory_roof(options, device):
     """Words/s at batch 1 if each step's weight streams ran at the best bandwidth measured on the model's shapes:
     one-row products per matrix (`torch.mm`), or both directions of a layer in one batched product (`torch.bmm`,
     as the model runs them, which lets two threads stream at once)."""
@@ -108,8 +121,9 @@ def memory_roof(options):
     # Per layer, both directions: the recurrent (projection, 4 * cell) and projection (cell, projection) weights.
     stacks = []
     for _ in range(lstm["n_layers"]):
-        stacks += [torch.randn(2, projection, 4 * cell) * 0.02, torch.randn(2, cell, projection) * 0.02]
-    rows = [torch.randn(2, 1, stack.shape[1]) for stack in stacks]  # (directions, 1 row, in)
+        stacks += [torch.randn(2, projection, 4 * cell, device=device) * 0.02,
+                   torch.randn(2, cell, projection, device=device) * 0.02]
+    rows = [torch.randn(2, 1, stack.shape[1], device=device) for stack in stacks]  # (directions, 1 row, in)
     streamed = float(sum(stack.numel() * stack.element_size() for stack in stacks))  # bytes per word
 
     def per_matrix():
@@ -121,17 +135,21 @@ def memory_roof(options):
         for row, stack in zip(rows, stacks):
             torch.bmm(row, stack)
 
-    bandwidths = {"mm": rate(per_matrix, streamed), "bmm": rate(per_layer, streamed)}
+    bandwidths = {"mm": rate(per_matrix, streamed, device), "bmm": rate(per_layer, streamed, device)}
     best = max(bandwidths.values())
     return {"words_per_s": best / streamed, "mb_per_word": streamed / 1e6, "gb_per_s": best / 1e9,
             "gb_per_s_by_product": {name: value / 1e9 for name, value in bandwidths.items()}}
 
 
-def measure(options, threads=2, batch_rows=32, tokens=832):
+def measure(options, threads=2, batch_rows=32, tokens=832, device="cpu"):
+    device = torch.device(device)
+    if device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        raise ValueError("torch.backends.cuda.matmul.allow_tf32 is on: the roofs are for exact float32 products")
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     with torch.inference_mode():
-        return {"threads": threads, "compute": compute_roof(options, batch_rows, tokens), "memory": memory_roof(options)}
+        return {"threads": threads, "device": str(device), "compute": compute_roof(options, device, batch_rows, tokens),
+                "memory": memory_roof(options, device)}
 
 
 def main(argv=None):
@@ -140,9 +158,10 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-rows", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=832)
+    parser.add_argument("--device", default="cpu", help="where the products run, e.g. cuda")
     parser.add_argument("--json", type=pathlib.Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    roofs = measure(json.loads(args.options.read_text()), args.threads, args.batch_rows, args.tokens)
+    roofs = measure(json.loads(args.options.read_text()), args.threads, args.batch_rows, args.tokens, args.device)
     compute, memory = roofs["compute"], roofs["memory"]
     for name, part in compute["products"].items():
         print(f"  {name:20s} {part['mflop_per_word']:8.2f} MFLOP/word at {part['gflop_per_s']:6.1f} GFLOP/s "

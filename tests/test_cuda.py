@@ -1,10 +1,15 @@
 """The model on a CUDA device: the same layers and gradients as on the CPU (the CUDA path uses the plain batched
 products; the oneDNN-packed ones are CPU-only). Skipped where torch sees no GPU."""
 
+import json
+
+import h5py
 import pytest
 import torch
 
+from elmo_hf.original_tf import convert_hdf5
 from test_fast_path import tiny_model_and_batch
+from test_parity import WEIGHT_SETS, assert_close
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
 
@@ -30,8 +35,33 @@ def test_cuda_gradients_equal_the_cpu():
         model.to(device).zero_grad()
         hidden_states = model(input_ids.to(device), output_hidden_states=True).hidden_states
         torch.stack(hidden_states).pow(2).sum().backward()
-        return {name: parameter.grad.cpu() for name, parameter in model.named_parameters()}
+        # A copy: on the CPU `.cpu()` returns the gradient itself, which the next `model.to("cuda")` moves along
+        # (torch swaps parameters and their gradients in place), and CPU vs CUDA would then compare CUDA with itself.
+        return {name: parameter.grad.to("cpu", copy=True) for name, parameter in model.named_parameters()}
 
     expected = gradients("cpu")
     for name, gradient in gradients("cuda").items():
-        torch.testing.assert_close(gradient, expected[name], rtol=0, atol=1e-9, msg=name)
+        torch.testing.assert_close(gradient, expected[name], rtol=0, atol=1e-9,
+                                   msg=lambda detail, name=name: f"{name}: {detail}")
+
+
+@pytest.mark.parametrize("name", WEIGHT_SETS)
+def test_cuda_float32_matches_bilm_tf(name, fixtures_dir):
+    """The published TF outputs, reproduced on the GPU in float32 (state carried, as bilm-tf does), at
+    numpy.allclose(atol=1e-6): the CUDA path is as faithful as the CPU one, not only self-consistent."""
+    folder, all_layers_file = WEIGHT_SETS[name]
+    model, tokenizer, _ = convert_hdf5(fixtures_dir / folder / "options.json", fixtures_dir / folder / "lm_weights.hdf5")
+    model = model.to("cuda")
+    expected = h5py.File(fixtures_dir / "bilm_tf_all_layers" / all_layers_file, "r")
+    sentences = json.loads((fixtures_dir / "allennlp_elmo" / "sentences.json").read_text())
+    states = None
+    for index in range(10):
+        words = [sentences[row][index].split() for row in range(3)]
+        batch = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt").to("cuda")
+        with torch.no_grad():
+            output = model(**batch, output_hidden_states=True, lstm_states=states)
+        states = output.lstm_states
+        layers = torch.stack(output.hidden_states, dim=1).cpu().numpy()  # (batch, layers, words, 2 * proj)
+        for row in range(3):
+            reference = expected[f"b{index}_k{row}"][...]  # (layers, words without boundaries, 2 * proj)
+            assert_close(layers[row, :, 1 : reference.shape[1] + 1], reference, f"{name} on cuda b{index}_k{row}")
