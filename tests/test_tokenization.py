@@ -45,6 +45,18 @@ def test_boundaries_padding_and_mask(tokenizer):
     assert batch.word_ids(0) == [None, 0, 1, None] and batch.word_ids(1) == [None, 0, None, None]
 
 
+def test_tensors_equal_the_lists_and_ragged_batches_still_need_padding(tokenizer):
+    # input_ids reach torch through one NumPy array (tokenization_elmo.ElmoBatchEncoding): same values as the lists.
+    sentences = [["The", "cat", "sat"], ["Hi"]]
+    lists = tokenizer(sentences, is_split_into_words=True, padding=True)["input_ids"]
+    tensors = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")["input_ids"]
+    assert tensors.dtype == torch.long and tensors.tolist() == lists
+    single = tokenizer(["Hi", "there"], is_split_into_words=True, return_tensors="pt")["input_ids"]
+    assert single.shape == (1, 4, 20)
+    with pytest.raises(ValueError, match="padding=True"):
+        tokenizer(sentences, is_split_into_words=True, return_tensors="pt")
+
+
 def test_without_special_tokens(tokenizer):
     encoded = tokenizer(["a", "b"], is_split_into_words=True, add_special_tokens=False)
     assert encoded["input_ids"] == [ids(ord("a")), ids(ord("b"))]
