@@ -1,0 +1,149 @@
+"""Where our CPU (or GPU) time goes, per stage of the model, in milliseconds per word.
+
+    python benchmarks/stage_times.py --sizes medium original [--threads 2] [--work-dir /tmp/elmo-bench]
+        [--peer-dir ../shared/peer] [--step-loop]
+
+For each size: random weights in the published layout (the peer folder's `make_random_elmo.py`, reused from
+`--work-dir` when `benchmark_elmo.py` already wrote them), converted with our converter; then 4 length-sorted
+batches of 32 and 20 single sentences of the shared workload, each stage timed by wrapping its function: the LSTM
+recurrence (`cpu_kernels.packed_layer_forward`), the LSTM input products (`ElmoBiLstmLayer.input_gates`), the char CNN
+(`ElmoCharacterEncoder.convolve`), highway and projection (`highway_and_project`). The stages nest inside the total,
+which also holds the tokenizer and the rest. Timings are single runs: compare machines by their shares, not digits.
+
+`--step-loop` also times a bare loop of one sentence's LSTM steps (28 words, two layers, one row, both directions) at
+the size's shapes: the per-step products alone, then with the step's elementwise work. Their difference is the
+per-step overhead that no product speed-up removes.
+"""
+
+import argparse
+import collections
+import pathlib
+import subprocess
+import sys
+import time
+
+import torch
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from elmo_hf import ElmoModel, ElmoTokenizer, cpu_kernels, modeling_elmo  # noqa: E402
+from elmo_hf.original_tf import convert_hdf5  # noqa: E402
+
+SIZES = {
+    "small": ["--dim", "1024", "--proj", "128", "--n-highway", "1"],
+    "medium": ["--dim", "2048", "--proj", "256", "--n-highway", "1"],
+    "original": ["--dim", "4096", "--proj", "512", "--n-highway", "2"],
+}
+# Stage name -> (owner, function name) wrapped by the timer.
+STAGES = {
+    "LSTM recurrence": (cpu_kernels, "packed_layer_forward"),
+    "LSTM input products": (modeling_elmo.ElmoBiLstmLayer, "input_gates"),
+    "char CNN": (modeling_elmo.ElmoCharacterEncoder, "convolve"),
+    "highway + projection": (modeling_elmo.ElmoCharacterEncoder, "highway_and_project"),
+}
+SENTENCE_STEPS = 28  # the workload's mean sentence (26 words) and its two boundaries
+
+
+def time_stages(seconds):
+    """Wraps every stage's function so that its wall time adds up in `seconds[stage]`."""
+    for stage, (owner, name) in STAGES.items():
+        function = getattr(owner, name)
+
+        def timed(*args, _function=function, _stage=stage, **kwargs):
+            start = time.perf_counter()
+            result = _function(*args, **kwargs)
+            seconds[_stage] += time.perf_counter() - start
+            return result
+
+        setattr(owner, name, timed)
+
+
+def checkpoint_for(size, work_dir, peer_dir):
+    """Our converted checkpoint of the size's random weights (made once, shared with benchmark_elmo.py)."""
+    source, checkpoint = work_dir / size, work_dir / f"{size}-hf"
+    if not (checkpoint / "model.safetensors").is_file():
+        if not (source / "weights.hdf5").is_file():
+            subprocess.run([sys.executable, str(peer_dir / "make_random_elmo.py"), str(source), *SIZES[size]],
+                           check=True)
+        convert_hdf5(source / "options.json", source / "weights.hdf5")[0].save_pretrained(checkpoint)
+    return checkpoint
+
+
+def stage_table(model, sentences, seconds):
+    """{mode: (words/s, {"total": ms per word, stage: ms per word})} for sorted batches of 32 and single sentences."""
+    tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+    by_length = sorted(sentences, key=len, reverse=True)
+    modes = {"sorted 32": [by_length[start : start + 32] for start in range(0, 128, 32)],
+             "batch 1": [[sentence] for sentence in sentences[:20]]}
+    table = {}
+    for mode, batches in modes.items():
+        with torch.inference_mode():
+            for batch in batches[:2]:  # warm-up
+                model(**tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt"))
+            seconds.clear()
+            words, start = 0, time.perf_counter()
+            for batch in batches:
+                inputs = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+                torch.stack(model(**inputs, output_hidden_states=True).hidden_states).mean(0)
+                words += sum(len(sentence) for sentence in batch)
+            total = time.perf_counter() - start
+        per_word = {"total": 1000 * total / words, **{stage: 1000 * seconds[stage] / words for stage in STAGES}}
+        table[mode] = (words / total, per_word)
+    return table
+
+
+def step_loop(config, elementwise, repeats=10):
+    """ms per word of a bare one-row LSTM loop at `config`'s shapes (see the module docstring)."""
+    projection, cell = config.projection_dim, config.lstm_dim
+    layers = [(torch.randn(2, projection, 4 * cell) * 0.02, torch.randn(2, cell, projection) * 0.02)
+              for _ in range(config.num_lstm_layers)]
+    gate_input = torch.randn(2, 1, 4 * cell)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for _ in range(repeats):
+            for recurrent, projected in layers:  # a layer at a time through the sentence, as the model runs
+                hidden, memory = torch.zeros(2, 1, projection), torch.zeros(2, 1, cell)
+                for _ in range(SENTENCE_STEPS):
+                    gates = torch.baddbmm(gate_input, hidden, recurrent)  # (2, 1, 4 * cell)
+                    if not elementwise:
+                        hidden = torch.bmm(gates[..., :cell], projected)  # (2, 1, projection)
+                        continue
+                    input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=-1)
+                    memory = torch.sigmoid(forget_gate) * memory + torch.sigmoid(input_gate) * torch.tanh(candidate)
+                    memory = memory.clamp(-3.0, 3.0)
+                    hidden = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(memory), projected).clamp(-3.0, 3.0)
+    return 1000 * (time.perf_counter() - start) / (repeats * SENTENCE_STEPS)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["medium", "original"])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
+    parser.add_argument("--peer-dir", type=pathlib.Path, default=REPO_ROOT.parent / "shared" / "peer")
+    parser.add_argument("--step-loop", action="store_true", help="also time the bare LSTM step loop (see above)")
+    args = parser.parse_args(argv)
+    if not (args.peer_dir / "workload.py").is_file():
+        raise ValueError(f"peer folder {args.peer_dir} lacks workload.py (pass --peer-dir)")
+    sys.path.insert(0, str(args.peer_dir))
+    from workload import make_workload
+
+    torch.set_num_threads(args.threads)
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    seconds = collections.defaultdict(float)
+    time_stages(seconds)
+    sentences = make_workload(128, seed=0)
+    for size in args.sizes:
+        model = ElmoModel.from_pretrained(checkpoint_for(size, args.work_dir, args.peer_dir)).eval()
+        for mode, (words_per_second, per_word) in stage_table(model, sentences, seconds).items():
+            stages = ", ".join(f"{name} {value:.3f}" for name, value in per_word.items())
+            print(f"{size}, {mode}: {words_per_second:.0f} words/s; ms per word: {stages}", flush=True)
+        if args.step_loop:
+            loops = [step_loop(model.config, elementwise) for elementwise in (False, True, False, True)]
+            print(f"{size}, bare step loop: products alone {min(loops[0::2]):.3f} ms per word, with the elementwise "
+                  f"work {min(loops[1::2]):.3f} (best of 2)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
