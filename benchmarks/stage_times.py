@@ -18,7 +18,6 @@ per-step overhead that no product speed-up removes.
 import argparse
 import collections
 import pathlib
-import subprocess
 import sys
 import time
 
@@ -27,14 +26,8 @@ import torch
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmark_elmo import SIZES, prepare  # noqa: E402  (same random weights and conversion as the benchmark)
 from elmo_hf import ElmoModel, ElmoTokenizer, cpu_kernels, modeling_elmo  # noqa: E402
-from elmo_hf.original_tf import convert_hdf5  # noqa: E402
-
-SIZES = {
-    "small": ["--dim", "1024", "--proj", "128", "--n-highway", "1"],
-    "medium": ["--dim", "2048", "--proj", "256", "--n-highway", "1"],
-    "original": ["--dim", "4096", "--proj", "512", "--n-highway", "2"],
-}
 # Stage name -> (owner, function name) wrapped by the timer.
 STAGES = {
     "LSTM recurrence": (cpu_kernels, "packed_layer_forward"),
@@ -57,17 +50,6 @@ def time_stages(seconds):
             return result
 
         setattr(owner, name, timed)
-
-
-def checkpoint_for(size, work_dir, peer_dir):
-    """Our converted checkpoint of the size's random weights (made once, shared with benchmark_elmo.py)."""
-    source, checkpoint = work_dir / size, work_dir / f"{size}-hf"
-    if not (checkpoint / "model.safetensors").is_file():
-        if not (source / "weights.hdf5").is_file():
-            subprocess.run([sys.executable, str(peer_dir / "make_random_elmo.py"), str(source), *SIZES[size]],
-                           check=True)
-        convert_hdf5(source / "options.json", source / "weights.hdf5")[0].save_pretrained(checkpoint)
-    return checkpoint
 
 
 def stage_table(model, sentences, seconds):
@@ -135,7 +117,8 @@ def main(argv=None):
     time_stages(seconds)
     sentences = make_workload(128, seed=0)
     for size in args.sizes:
-        model = ElmoModel.from_pretrained(checkpoint_for(size, args.work_dir, args.peer_dir)).eval()
+        _, checkpoint = prepare(args, size)  # made once in --work-dir, shared with benchmark_elmo.py
+        model = ElmoModel.from_pretrained(checkpoint).eval()
         for mode, (words_per_second, per_word) in stage_table(model, sentences, seconds).items():
             stages = ", ".join(f"{name} {value:.3f}" for name, value in per_word.items())
             print(f"{size}, {mode}: {words_per_second:.0f} words/s; ms per word: {stages}", flush=True)

@@ -1,15 +1,13 @@
 """The model on a CUDA device: the same layers and gradients as on the CPU (the CUDA path uses the plain batched
 products; the oneDNN-packed ones are CPU-only). Skipped where torch sees no GPU."""
 
-import json
-
 import h5py
 import pytest
 import torch
 
 from elmo_hf.original_tf import convert_hdf5
 from test_fast_path import tiny_model_and_batch
-from test_parity import WEIGHT_SETS, assert_close
+from test_parity import WEIGHT_SETS, assert_close, stateful_batches
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
 
@@ -51,16 +49,8 @@ def test_cuda_float32_matches_bilm_tf(name, fixtures_dir):
     numpy.allclose(atol=1e-6): the CUDA path is as faithful as the CPU one, not only self-consistent."""
     folder, all_layers_file = WEIGHT_SETS[name]
     model, tokenizer, _ = convert_hdf5(fixtures_dir / folder / "options.json", fixtures_dir / folder / "lm_weights.hdf5")
-    model = model.to("cuda")
     expected = h5py.File(fixtures_dir / "bilm_tf_all_layers" / all_layers_file, "r")
-    sentences = json.loads((fixtures_dir / "allennlp_elmo" / "sentences.json").read_text())
-    states = None
-    for index in range(10):
-        words = [sentences[row][index].split() for row in range(3)]
-        batch = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt").to("cuda")
-        with torch.no_grad():
-            output = model(**batch, output_hidden_states=True, lstm_states=states)
-        states = output.lstm_states
+    for index, _, output in stateful_batches(fixtures_dir, model.to("cuda"), tokenizer, device="cuda"):
         layers = torch.stack(output.hidden_states, dim=1).cpu().numpy()  # (batch, layers, words, 2 * proj)
         for row in range(3):
             reference = expected[f"b{index}_k{row}"][...]  # (layers, words without boundaries, 2 * proj)

@@ -38,13 +38,14 @@ def converted(request, fixtures_dir, tmp_path_factory):
     return models
 
 
-def stateful_batches(fixtures_dir, model, tokenizer):
-    """bilm-tf's protocol: batch i = [S[0][i], S[1][i], S[2][i]] for i = 0..9, LSTM state carried per row."""
+def stateful_batches(fixtures_dir, model, tokenizer, device="cpu"):
+    """bilm-tf's protocol: batch i = [S[0][i], S[1][i], S[2][i]] for i = 0..9, LSTM state carried per row; the batches
+    go to `device`, where `model` is."""
     sentences = json.loads((fixtures_dir / "allennlp_elmo" / "sentences.json").read_text())
     states = None
     for index in range(10):
         words = [sentences[row][index].split() for row in range(3)]
-        batch = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
+        batch = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt").to(device)
         with torch.no_grad():
             output = model(**batch, output_hidden_states=True, lstm_states=states)
         states = output.lstm_states
