@@ -14,7 +14,9 @@ paper and which `tests/test_kernels.py` compares this path with. Each trick belo
 - the first layer's gate rows are picked step by step from the per-word table, so the largest tensor of a layer
   (up to 293 MB at the original size) is never made (with the per-word gates: sorted 578-613 -> 711-747 words/s);
 - the per-step products use weights prepacked once for oneDNN, with 2+ rows (recurrent product at 32 rows: 10.2-12.9
-  ms per step against 16.0-24.3 ms for a `baddbmm` that repacks the weight at every step; projection 2.52 -> 1.65 ms).
+  ms per step against 16.0-24.3 ms for a `baddbmm` that repacks the weight at every step; projection 2.52 -> 1.65 ms);
+- a single sentence (one row) projects with an (out, in) copy of the projection weight, which `bmm` streams faster
+  than the (in, out) weight (batch 1 1.08x at the medium size, 1.09x at the original size).
 """
 
 import weakref
@@ -221,27 +223,31 @@ def _gates(layer, step_gate_input, hidden, prepacked):
     return torch.stack(
         [
             linear_plus_gate_input(hidden[direction], step_gate_input[direction], weight, None, "add")
-            for direction, weight in enumerate(_prepacked(layer, "recurrent_weight"))
+            for direction, weight in enumerate(_weight_copy(layer, "recurrent_weight", "onednn"))
         ]
     )  # (2, active, 4 * lstm_dim)
 
 
 def _project(layer, memory, prepacked):
     """`memory @ projection_weight`, both directions: `(2, active, lstm_dim)` -> `(2, active, projection_dim)`."""
-    if not prepacked:
-        return torch.bmm(memory, layer.projection_weight)
-    linear = torch.ops.mkldnn._linear_pointwise
-    return torch.stack(
-        [
-            linear(memory[direction], weight, None, "none", [], "")
-            for direction, weight in enumerate(_prepacked(layer, "projection_weight"))
-        ]
-    )  # (2, active, projection_dim)
+    if prepacked:
+        linear = torch.ops.mkldnn._linear_pointwise
+        return torch.stack(
+            [
+                linear(memory[direction], weight, None, "none", [], "")
+                for direction, weight in enumerate(_weight_copy(layer, "projection_weight", "onednn"))
+            ]
+        )  # (2, active, projection_dim)
+    if memory.shape[1] == 1:
+        # One sentence: a memory-bound product that `bmm` streams faster from an (out, in) copy of the weight (batch
+        # 1 1.08-1.09x, RESULTS.md; the copy is 8 MB at the medium size, 34 MB at the original size).
+        return torch.bmm(memory, _weight_copy(layer, "projection_weight", "transposed").transpose(1, 2))
+    return torch.bmm(memory, layer.projection_weight)
 
 
 def _prepacked_products_apply(layer, gate_input):
     r"""
-    Whether the per-step products of `layer` use weights prepacked for oneDNN (`_prepacked`): float32 weights and
+    Whether the per-step products of `layer` use weights prepacked for oneDNN (`_weight_copy`): float32 weights and
     gate inputs (not under bf16 autocast) on a CPU with oneDNN. The caller also requires more than one row at the
     first step.
 
@@ -258,26 +264,30 @@ def _prepacked_products_apply(layer, gate_input):
     )
 
 
-def _prepacked(layer, name):
+def _weight_copy(layer, name, layout):
     r"""
-    The weight `name` (`(2, in, out)`) of `layer` in oneDNN's prepacked layout, one tensor per direction.
+    A copy of the weight `name` (`(2, in, out)`) of `layer` laid out for the per-step products: `"onednn"`, oneDNN's
+    prepacked layout, one tensor per direction; `"transposed"`, `(2, out, in)`.
 
-    Packed on first use and cached until the weight changes in place (its version counter moves: optimizers,
+    Made on first use and cached until the weight changes in place (its version counter moves: optimizers,
     `load_state_dict`, edits under `torch.no_grad()`) or is replaced. An edit through `weight.data` moves no version
-    counter and is not seen. It costs one more copy of the weight in memory.
+    counter and is not seen. Each copy costs the weight's size in memory.
     """
     weight = getattr(layer, name)
     version = (weight.data_ptr(), weight._version)
-    cache = _PREPACKED_WEIGHTS.setdefault(layer, {})
-    if name not in cache or cache[name][0] != version:
-        # (in, out) -> oneDNN's layout for `x @ weight`, tuned for batches of ~32 rows.
-        packed = tuple(
-            torch.ops.mkldnn._reorder_linear_weight(direction.t().contiguous(), 32) for direction in weight.detach()
-        )
-        cache[name] = (version, packed)
-    return cache[name][1]
+    cache = _WEIGHT_COPIES.setdefault(layer, {})
+    if (name, layout) not in cache or cache[name, layout][0] != version:
+        if layout == "onednn":
+            # (in, out) -> oneDNN's layout for `x @ weight`, tuned for batches of ~32 rows.
+            copy = tuple(
+                torch.ops.mkldnn._reorder_linear_weight(direction.t().contiguous(), 32) for direction in weight.detach()
+            )
+        else:
+            copy = weight.detach().transpose(1, 2).contiguous()  # (2, out, in)
+        cache[name, layout] = (version, copy)
+    return cache[name, layout][1]
 
 
-# Weights prepacked for oneDNN, by layer (a weak reference: the entry goes with the layer). Kept out of the module so
-# that copying, saving and moving a model never meet an opaque oneDNN tensor.
-_PREPACKED_WEIGHTS = weakref.WeakKeyDictionary()
+# Copies of weights for the per-step products, by layer (a weak reference: the entry goes with the layer). Kept out of
+# the module so that copying, saving and moving a model never meet an opaque oneDNN tensor or a second weight.
+_WEIGHT_COPIES = weakref.WeakKeyDictionary()

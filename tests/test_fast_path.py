@@ -200,7 +200,7 @@ def test_prepacked_products_equal_the_plain_products_in_float32():
     input_ids, lengths = random_batch(generator, batch=7, max_words=10, chars=model.config.max_characters_per_token)
     packed = _forward_float32(model, input_ids, needs_gradient=False)
     for layer in model.encoder.layers:
-        assert set(cpu_kernels._PREPACKED_WEIGHTS[layer]) == {"recurrent_weight", "projection_weight"}
+        assert set(cpu_kernels._WEIGHT_COPIES[layer]) == {("recurrent_weight", "onednn"), ("projection_weight", "onednn")}
     plain = _forward_float32(model, input_ids, needs_gradient=True)
     # Two different products: rounding may differ (or not, depending on the CPU and oneDNN build).
     torch.testing.assert_close(packed, plain, rtol=1e-5, atol=1e-6)
@@ -212,16 +212,20 @@ def test_prepacked_products_equal_the_plain_products_in_float32():
 def test_a_single_sentence_builds_no_packed_weights():
     model, input_ids = tiny_model_and_batch(model_seed=10, batch_seed=7, batch=1, max_words=6)
     single = _forward_float32(model, input_ids, needs_gradient=False)
-    assert not any(layer in cpu_kernels._PREPACKED_WEIGHTS for layer in model.encoder.layers)
+    # One row copies only the projection weight, transposed.
+    for layer in model.encoder.layers:
+        assert set(cpu_kernels._WEIGHT_COPIES[layer]) == {("projection_weight", "transposed")}
     # The call with gradients runs the reference path (every position, not once per distinct word): rounding differs.
     torch.testing.assert_close(single, _forward_float32(model, input_ids, needs_gradient=True), rtol=1e-5, atol=1e-6)
     _forward_float32(model, input_ids.repeat(2, 1, 1), needs_gradient=False)  # two rows: packed from here on
-    assert all(layer in cpu_kernels._PREPACKED_WEIGHTS for layer in model.encoder.layers)
+    for layer in model.encoder.layers:
+        assert ("recurrent_weight", "onednn") in cpu_kernels._WEIGHT_COPIES[layer]
 
 
 @needs_onednn
-def test_prepacked_weights_follow_weight_changes():
-    model, input_ids = tiny_model_and_batch(model_seed=8, batch_seed=5, batch=5, max_words=6)
+@pytest.mark.parametrize("batch", [5, 1], ids=["packed", "one row, transposed copy"])
+def test_weight_copies_follow_weight_changes(batch):
+    model, input_ids = tiny_model_and_batch(model_seed=8, batch_seed=5, batch=batch, max_words=6)
     before = _forward_float32(model, input_ids, needs_gradient=False)
     with torch.no_grad():
         model.encoder.layers[1].recurrent_weight.mul_(-0.5)  # in place
