@@ -2,7 +2,7 @@
 
     python benchmarks/roofline.py OPTIONS_JSON [--threads 2] [--batch-rows 32] [--tokens 832] [--device cpu]
 
-Two roofs, so that speed figures from different machines can be compared as fractions:
+Three roofs, so that speed figures from different machines can be compared as fractions:
 
 - compute roof (batches of 32): the model's FLOPs per word (those of `../shared/peer/flops.py`: char CNN, highway,
   token projection, the LSTM's input, recurrent and projection products; elementwise work left out) done at the
@@ -17,6 +17,12 @@ Two roofs, so that speed figures from different machines can be compared as frac
   through every layer, or a layer at a time through a sentence's 28 steps as the model runs them, which keeps one
   layer's weights in cache where they fit), over the bytes they stream per word. It leaves out the char CNN,
   highway and input products, which a sentence also needs: a bound that no implementation can reach.
+- sentence roof (batch 1): the memory roof's time per word plus the time of every other product of a sentence (char
+  CNN, highway, token projection, the LSTM's input products: `products_per_word` less the recurrent and projection
+  ones) at the compute roof's GEMM rate. A sentence's stages depend on each other in order (CNN, highway, input
+  products, recurrence), so their bounds add up. At the medium size on the AMD EPYC, with the memory roof at its
+  higher reading (54-56 GB/s), the other products take a quarter of this roof's time, so no implementation reaches
+  more than about 75% of the memory roof there (RESULTS.md).
 
 `--device cuda` measures the same products on the GPU (each timing waits for the GPU), so that a GPU run's speed is
 a fraction of that GPU's roofs.
@@ -158,6 +164,20 @@ def memory_roof(options, device, steps=SENTENCE_STEPS):
             "gb_per_s_by_product": {name: value / 1e9 for name, value in bandwidths.items()}}
 
 
+# The products streamed once per step at batch 1 (the memory roof); a sentence's other products run once on its words.
+STEP_PRODUCTS = ("LSTM recurrent", "LSTM projection")
+
+
+def sentence_roof(compute, memory):
+    """Words/s at batch 1 with each stage of a sentence at its bound: the memory roof's time per word, plus every
+    product but the per-step ones at the compute roof's GEMM rate (`compute` and `memory` as returned above)."""
+    other_mflop = sum(part["mflop_per_word"] for name, part in compute["products"].items() if name not in STEP_PRODUCTS)
+    streaming_seconds = 1.0 / memory["words_per_s"]
+    other_seconds = other_mflop * 1e6 / (compute["gflop_per_s"] * 1e9)
+    return {"words_per_s": 1.0 / (streaming_seconds + other_seconds), "other_mflop_per_word": other_mflop,
+            "share_of_other_products": other_seconds / (streaming_seconds + other_seconds)}
+
+
 def measure(options, threads=2, batch_rows=32, tokens=832, device="cpu"):
     device = torch.device(device)
     if device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
@@ -165,8 +185,9 @@ def measure(options, threads=2, batch_rows=32, tokens=832, device="cpu"):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     with torch.inference_mode():
-        return {"threads": threads, "device": str(device), "compute": compute_roof(options, device, batch_rows, tokens),
-                "memory": memory_roof(options, device)}
+        compute, memory = compute_roof(options, device, batch_rows, tokens), memory_roof(options, device)
+    return {"threads": threads, "device": str(device), "compute": compute, "memory": memory,
+            "sentence": sentence_roof(compute, memory)}
 
 
 def main(argv=None):
@@ -188,6 +209,10 @@ def main(argv=None):
           "product at its own shape's rate)")
     print(f"memory roof at batch 1: {memory['words_per_s']:.0f} words/s ({memory['mb_per_word']:.1f} MB/word at "
           f"{memory['gb_per_s']:.1f} GB/s)")
+    sentence = roofs["sentence"]
+    print(f"sentence roof at batch 1: {sentence['words_per_s']:.0f} words/s (the memory roof's streams, plus "
+          f"{sentence['other_mflop_per_word']:.1f} MFLOP/word of other products at {compute['gflop_per_s']:.0f} GFLOP/s: "
+          f"{sentence['share_of_other_products']:.0%} of its time)")
     if args.json:
         args.json.write_text(json.dumps(roofs, indent=1))
     return roofs
