@@ -15,7 +15,9 @@ per mode, the ratio new/old, the largest difference between the two revisions' v
 `--interleaved` adds a check that other jobs on a shared machine cannot skew: ONE process loads both revisions'
 model code (`modeling_elmo.py` and its siblings, imported as two packages of their own, without the Auto
 registrations) and times every batch of every mode on both, old and new alternately (the order swapped from batch
-to batch), `--reps` times; it prints the summed model time per mode and revision.
+to batch), `--reps` times; it prints the summed model time per mode and revision, and the largest difference
+between the two revisions' vectors for the first 8 sentences embedded one at a time (a single sentence may take
+other kernels than a batch).
 """
 
 import argparse
@@ -88,7 +90,8 @@ def load_model_code(code_root, package, directory):
 
 
 def interleaved(args, checkpoint):
-    """Both revisions in this process, batch by batch: {mode: {"old": seconds, "new": seconds}} and the check."""
+    """Both revisions in this process, batch by batch: ({mode: {"old": words/s, "new": words/s}}, the largest
+    difference between their vectors over every layer of the first CHECK_SENTENCES sentences, each alone)."""
     sys.path.insert(0, str(args.peer_dir))
     import torch
 
@@ -119,8 +122,16 @@ def interleaved(args, checkpoint):
                         start = time.perf_counter()
                         torch.stack(models[name](**inputs, output_hidden_states=True).hidden_states).mean(0)
                         seconds[mode][name] += time.perf_counter() - start
+        # The check of the worker processes covers one batch; single sentences may take other kernels (one row).
+        single_difference = 0.0
+        for sentence in sentences[:CHECK_SENTENCES]:
+            inputs = tokenizer([sentence], is_split_into_words=True, return_tensors="pt")
+            old, new = (torch.stack(models[name](**inputs, output_hidden_states=True).hidden_states)
+                        for name in ("old", "new"))  # (layers, 1, words, dim)
+            single_difference = max(single_difference, float((new - old).abs().max()))
     words = {mode: args.reps * sum(len(sentence) for batch in modes[mode] for sentence in batch) for mode in MODES}
-    return {mode: {name: words[mode] / seconds[mode][name] for name in ("old", "new")} for mode in MODES}
+    rates = {mode: {name: words[mode] / seconds[mode][name] for name in ("old", "new")} for mode in MODES}
+    return rates, single_difference
 
 
 def run_revision(args, name, code_root, checkpoint):
@@ -214,11 +225,15 @@ def main(argv=None):
         summary.update(process_rounds(args, rounds, lines))
     if args.interleaved:
         print("interleaved, one process", flush=True)
-        summary["interleaved_words_per_s"] = interleaved(args, checkpoint)
+        rates, single_difference = interleaved(args, checkpoint)
+        summary["interleaved_words_per_s"] = rates
+        summary["single_sentence_max_abs_difference"] = single_difference
         lines.append(f"interleaved in one process, model time only, {args.reps} reps, batch by batch:")
-        for mode, rates in summary["interleaved_words_per_s"].items():
-            lines.append(f"{mode:9s} old {rates['old']:8.1f} words/s  new {rates['new']:8.1f} words/s  "
-                         f"new/old {rates['new'] / rates['old']:5.2f}x")
+        for mode, mode_rates in rates.items():
+            lines.append(f"{mode:9s} old {mode_rates['old']:8.1f} words/s  new {mode_rates['new']:8.1f} words/s  "
+                         f"new/old {mode_rates['new'] / mode_rates['old']:5.2f}x")
+        lines.append(f"max |new - old| over every layer of {CHECK_SENTENCES} sentences, each alone: "
+                     f"{single_difference:.2e}")
     lines.append("load average at end " + " ".join(f"{value:.1f}" for value in os.getloadavg()))
     print("\n".join(lines[2:]), flush=True)
     summary["report"] = lines
