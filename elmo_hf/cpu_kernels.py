@@ -16,7 +16,7 @@ paper and which `tests/test_kernels.py` compares this path with. Each trick belo
 - the per-step products use weights prepacked once for oneDNN, with 2+ rows (recurrent product at 32 rows: 10.2-12.9
   ms per step against 16.0-24.3 ms for a `baddbmm` that repacks the weight at every step; projection 2.52 -> 1.65 ms);
 - a single sentence (one row) projects with an (out, in) copy of the projection weight, which `bmm` streams faster
-  than the (in, out) weight (batch 1 1.08x at the medium size, 1.09x at the original size).
+  than the (in, out) weight (batch 1 1.05-1.10x at the medium size, 1.05-1.09x at the original size).
 """
 
 import weakref
@@ -240,7 +240,7 @@ def _project(layer, memory, prepacked):
         )  # (2, active, projection_dim)
     if memory.shape[1] == 1:
         # One sentence: a memory-bound product that `bmm` streams faster from an (out, in) copy of the weight (batch
-        # 1 1.08-1.09x, RESULTS.md; the copy is 8 MB at the medium size, 34 MB at the original size).
+        # 1 1.05-1.10x, RESULTS.md; the copy is 8 MB at the medium size, 34 MB at the original size).
         return torch.bmm(memory, _weight_copy(layer, "projection_weight", "transposed").transpose(1, 2))
     return torch.bmm(memory, layer.projection_weight)
 
@@ -254,7 +254,7 @@ def _prepacked_products_apply(layer, gate_input):
     A product with a weight packed once runs 1.4-4x faster on a CPU than a `bmm` that repacks the weight at every
     step (`benchmarks/RESULTS.md`). At one row the products are memory-bound and the plain ones are as fast, so a
     single sentence never builds the packed copy (168 MB at the original size): a process that embeds one sentence
-    at a time does not hold it.
+    at a time does not hold it (only the projection weight's (out, in) copy, 34 MB there: `_project`).
     """
     return (
         layer.recurrent_weight.device.type == "cpu"
