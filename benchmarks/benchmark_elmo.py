@@ -11,7 +11,9 @@ shared peer folder, `../shared/peer` relative to the repository (or `--peer-dir`
   2. measures this machine's roofs for that configuration (`roofline.py`, same thread count): the compute roof
      (its GEMM rate at the model's shapes) for the batches of 32 and the memory roof (the bandwidth of one-row
      products on the LSTM's weights) for batch 1, and prints each mode's fraction of its roof (batch 1 also against
-     the sentence roof: the memory roof plus a sentence's other products at the GEMM rate);
+     the sentence roof: the memory roof plus a sentence's other products at the GEMM rate). It reads the roofs
+     before and after the size's timings and keeps each one's higher reading: on a shared host the memory roof
+     moves by 3x within minutes, as the neighbours take or leave the last-level cache (RESULTS.md);
   3. times our model and each peer whose venv is given (allennlp's: `setup_peervenv.sh` in the peer folder;
      bilm-tf's, the graph TF Hub's ELMo runs: `setup_bilmtf_venv.sh`), each in its own process so that peak RSS
      figures do not mix; `--rounds 2` alternates the processes twice and keeps each mode's best round, which damps
@@ -136,13 +138,25 @@ def peer_venvs(args):
     return {name: venv for name, venv in venvs.items() if venv is not None}
 
 
-def measure_roofs(args, size, source):
-    """This machine's compute and memory roofs for the size's configuration (roofline.py, in its own process)."""
-    json_path = args.work_dir / f"{size}-roofs.json"
+def measure_roofs(args, size, source, reading):
+    """This machine's roofs for the size's configuration (roofline.py, in its own process); `reading` names the file."""
+    json_path = args.work_dir / f"{size}-roofs-{reading}.json"
     subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "roofline.py"), str(source / "options.json"),
                     "--threads", str(args.threads), "--device", args.device, "--json", str(json_path)], check=True,
                    env=_environment(args))
     return json.loads(json_path.read_text())
+
+
+def best_roofs(readings):
+    """The roofs from several readings (`measure_roofs`): each of compute and memory at its highest reading (a roof is
+    the best this machine showed), the sentence roof recomputed from those two, and every reading's words/s."""
+    from roofline import sentence_roof
+
+    compute = max((reading["compute"] for reading in readings), key=lambda roof: roof["words_per_s"])
+    memory = max((reading["memory"] for reading in readings), key=lambda roof: roof["words_per_s"])
+    return {**readings[0], "compute": compute, "memory": memory, "sentence": sentence_roof(compute, memory),
+            "readings_words_per_s": {kind: [reading[kind]["words_per_s"] for reading in readings]
+                                     for kind in ("compute", "memory", "sentence")}}
 
 
 def _workload_arguments(args, single_sentences):
@@ -221,13 +235,11 @@ def report_size(size, ours, peers, differences, variant, roofs):
             lines.append(f"{mode:9s} {name:9s} {summary['tok_per_s']:8.1f} {rounds:>17s} "
                          f"{summary['batch_p50_ms']:8.1f} {summary['batch_max_ms']:8.1f} "
                          f"{summary['batch_mean_ms']:8.1f} {summary['peak_rss_mb']:11.0f}")
-        roof = roofs[ROOF_OF_MODE[mode]]["words_per_s"]
-        lines.append(f"{mode:9s} elmo_hf at {ours[mode]['tok_per_s'] / roof:.0%} of the {ROOF_OF_MODE[mode]} roof "
-                     f"({roof:.0f} words/s)")
-        if mode == "batch1":
-            sentence = roofs["sentence"]["words_per_s"]
-            lines.append(f"{mode:9s} elmo_hf at {ours[mode]['tok_per_s'] / sentence:.0%} of the sentence roof "
-                         f"({sentence:.0f} words/s: the memory roof plus a sentence's other products)")
+        for kind in (ROOF_OF_MODE[mode], "sentence") if mode == "batch1" else (ROOF_OF_MODE[mode],):
+            roof = roofs[kind]["words_per_s"]
+            readings = "/".join(f"{value:.0f}" for value in roofs["readings_words_per_s"][kind])
+            lines.append(f"{mode:9s} elmo_hf at {ours[mode]['tok_per_s'] / roof:.0%} of the {kind} roof "
+                         f"({roof:.0f} words/s; read {readings} before/after the timings)")
         for name, peer in peers.items():
             if not counted[name]:
                 continue
@@ -317,7 +329,7 @@ def main(argv=None):
     for size in args.sizes:
         source, checkpoint = prepare(args, size)
         print(f"{size}: measuring this machine's roofs", flush=True)
-        roofs = measure_roofs(args, size, source)
+        readings = [measure_roofs(args, size, source, "before")]
         ours_rounds, peer_rounds = [], {name: [] for name in peer_venvs(args)}
         for index in range(args.rounds):
             print(f"{size}: elmo_hf round {index}", flush=True)
@@ -327,6 +339,9 @@ def main(argv=None):
                 print(f"{size}: {name} round {index}", flush=True)
                 rounds.append(run_peer(args, source, args.work_dir / f"{size}-{name}.json",
                                        args.work_dir / f"{size}-{name}.npz", peer=name))
+        print(f"{size}: measuring this machine's roofs again", flush=True)
+        readings.append(measure_roofs(args, size, source, "after"))
+        roofs = best_roofs(readings)
         ours = best_of(ours_rounds)
         peers = {name: best_of(rounds) for name, rounds in peer_rounds.items()}
         differences = {name: max_difference(args.work_dir / f"{size}-ours.npy", args.work_dir / f"{size}-{name}.npz")
