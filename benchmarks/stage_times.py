@@ -27,6 +27,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmark_elmo import SIZES, prepare  # noqa: E402  (same random weights and conversion as the benchmark)
+from roofline import SENTENCE_STEPS  # noqa: E402  (the steps of the workload's mean sentence, as the memory roof)
 from elmo_hf import ElmoModel, ElmoTokenizer, cpu_kernels, modeling_elmo  # noqa: E402
 # Stage name -> (owner, function name) wrapped by the timer.
 STAGES = {
@@ -35,7 +36,6 @@ STAGES = {
     "char CNN": (modeling_elmo.ElmoCharacterEncoder, "convolve"),
     "highway + projection": (modeling_elmo.ElmoCharacterEncoder, "highway_and_project"),
 }
-SENTENCE_STEPS = 28  # the workload's mean sentence (26 words) and its two boundaries
 
 
 def time_stages(seconds):
