@@ -21,8 +21,8 @@ Three roofs, so that speed figures from different machines can be compared as fr
   CNN, highway, token projection, the LSTM's input products: `products_per_word` less the recurrent and projection
   ones) at the compute roof's GEMM rate. A sentence's stages depend on each other in order (CNN, highway, input
   products, recurrence), so their bounds add up. At the medium size on the AMD EPYC, with the memory roof at its
-  higher reading (54-56 GB/s), the other products take a quarter of this roof's time, so no implementation reaches
-  more than about 75% of the memory roof there (RESULTS.md).
+  higher readings (54-85 GB/s), the other products take a quarter to a third of this roof's time, so no
+  implementation reaches more than about 64-75% of the memory roof there (RESULTS.md).
 
 `--device cuda` measures the same products on the GPU (each timing waits for the GPU), so that a GPU run's speed is
 a fraction of that GPU's roofs.
