@@ -78,7 +78,9 @@ def stage_table(model, sentences, seconds):
 def step_loop(config, elementwise, repeats=10):
     """ms per word of a bare one-row LSTM loop at `config`'s shapes (see the module docstring)."""
     projection, cell = config.projection_dim, config.lstm_dim
-    layers = [(torch.randn(2, projection, 4 * cell) * 0.02, torch.randn(2, cell, projection) * 0.02)
+    # The recurrent weight (in, out) and, as the model projects one row (`cpu_kernels._project`), the projection
+    # weight's (out, in) copy, read transposed.
+    layers = [(torch.randn(2, projection, 4 * cell) * 0.02, (torch.randn(2, projection, cell) * 0.02).transpose(1, 2))
               for _ in range(config.num_lstm_layers)]
     gate_input = torch.randn(2, 1, 4 * cell)
     start = time.perf_counter()
