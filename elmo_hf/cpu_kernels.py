@@ -282,8 +282,10 @@ def _weight_copy(layer, name, layout):
             copy = tuple(
                 torch.ops.mkldnn._reorder_linear_weight(direction.t().contiguous(), 32) for direction in weight.detach()
             )
-        else:
+        elif layout == "transposed":
             copy = weight.detach().transpose(1, 2).contiguous()  # (2, out, in)
+        else:
+            raise ValueError(f"weight layout {layout!r}: expected 'onednn' or 'transposed'")
         cache[name, layout] = (version, copy)
     return cache[name, layout][1]
 
