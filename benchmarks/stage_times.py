@@ -13,6 +13,12 @@ which also holds the tokenizer and the rest. Timings are single runs: compare ma
 `--step-loop` also times a bare loop of one sentence's LSTM steps (28 words, two layers, one row, both directions) at
 the size's shapes: the per-step products alone, then with the step's elementwise work. Their difference is the
 per-step overhead that no product speed-up removes.
+
+`--variants` times two ways of running a single sentence that were tried and not kept (RESULTS.md), at the size's
+shapes and with the model's weights: the step's elementwise work eager and under `torch.compile` (which needs a C++
+compiler, and compiles for seconds on first use), and the products that run on a sentence's few rows (the LSTM input
+products and a highway layer) as the model runs them, `x @ W`, and weight first, `(W^T @ x^T)^T`, which some BLAS
+libraries run faster when the rows are few.
 """
 
 import argparse
@@ -75,6 +81,14 @@ def stage_table(model, sentences, seconds):
     return table
 
 
+def cell_update(gates, memory, clip=3.0):
+    """The LSTM step's elementwise work, as in `cpu_kernels.packed_layer_forward`: gates `(2, 1, 4 * cell)` and memory
+    `(2, 1, cell)` -> the new memory and the output before its projection, both `(2, 1, cell)`."""
+    input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=-1)
+    memory = (torch.sigmoid(forget_gate) * memory + torch.sigmoid(input_gate) * torch.tanh(candidate)).clamp(-clip, clip)
+    return memory, torch.sigmoid(output_gate) * torch.tanh(memory)
+
+
 def step_loop(config, elementwise, repeats=10):
     """ms per word of a bare one-row LSTM loop at `config`'s shapes (see the module docstring)."""
     projection, cell = config.projection_dim, config.lstm_dim
@@ -93,11 +107,57 @@ def step_loop(config, elementwise, repeats=10):
                     if not elementwise:
                         hidden = torch.bmm(gates[..., :cell], projected)  # (2, 1, projection)
                         continue
-                    input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=-1)
-                    memory = torch.sigmoid(forget_gate) * memory + torch.sigmoid(input_gate) * torch.tanh(candidate)
-                    memory = memory.clamp(-3.0, 3.0)
-                    hidden = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(memory), projected).clamp(-3.0, 3.0)
+                    memory, output = cell_update(gates, memory)
+                    hidden = torch.bmm(output, projected).clamp(-3.0, 3.0)
     return 1000 * (time.perf_counter() - start) / (repeats * SENTENCE_STEPS)
+
+
+def best_microseconds(function, calls, rounds=7):
+    """Best of `rounds` mean times of `calls` calls of `function()`, in microseconds (after two warm-up calls)."""
+    function(), function()
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            function()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return 1e6 * best
+
+
+def variants(model, rows=(12, 26, 40, 64)):
+    """Lines comparing the kept and the tried ways of a sentence's work (see the module docstring)."""
+    lines = []
+    cell = model.config.lstm_dim
+    gates, memory = torch.randn(2, 1, 4 * cell), torch.randn(2, 1, cell)
+    start = time.perf_counter()
+    compiled = torch.compile(cell_update, dynamic=False, fullgraph=True)
+    compiled(gates, memory)
+    compile_seconds = time.perf_counter() - start
+    difference = max((a - b).abs().max().item() for a, b in zip(cell_update(gates, memory), compiled(gates, memory)))
+    lines.append(f"step's elementwise work, one row: eager {best_microseconds(lambda: cell_update(gates, memory), 500):.1f} "
+                 f"us, torch.compile {best_microseconds(lambda: compiled(gates, memory), 500):.1f} us (first call "
+                 f"{compile_seconds:.1f} s, max difference {difference:.1e})")
+
+    layer = model.encoder.layers[1]
+    highway = model.character_encoder.highways[0].transform if model.character_encoder.highways else None
+    for count in rows:
+        inputs = torch.randn(2, count, layer.input_weight.shape[1])  # (2, rows, input_dim)
+        as_model = lambda: layer.input_gates(inputs)  # noqa: E731
+        weight_first = lambda: torch.baddbmm(  # noqa: E731
+            layer.bias.unsqueeze(2), layer.input_weight.transpose(1, 2), inputs.transpose(1, 2)
+        ).transpose(1, 2)  # (2, 4 * lstm_dim, rows) -> (2, rows, 4 * lstm_dim)
+        flops = 2 * inputs.numel() * layer.input_weight.shape[2]
+        line = (f"{count} rows: LSTM input products {flops / best_microseconds(as_model, 10) / 1e3:.0f} GFLOP/s as the "
+                f"model runs them, {flops / best_microseconds(weight_first, 10) / 1e3:.0f} weight first")
+        if highway is not None:
+            token = torch.randn(count, highway.in_features)  # (rows, num_filters)
+            as_model = lambda: highway(token)  # noqa: E731
+            weight_first = lambda: torch.addmm(highway.bias.unsqueeze(1), highway.weight, token.t()).t()  # noqa: E731
+            flops = 2 * token.numel() * highway.out_features
+            line += (f"; highway product {flops / best_microseconds(as_model, 10) / 1e3:.0f} as the model runs it, "
+                     f"{flops / best_microseconds(weight_first, 10) / 1e3:.0f} weight first")
+        lines.append(line)
+    return lines
 
 
 def main(argv=None):
@@ -107,6 +167,7 @@ def main(argv=None):
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
     parser.add_argument("--peer-dir", type=pathlib.Path, default=REPO_ROOT.parent / "shared" / "peer")
     parser.add_argument("--step-loop", action="store_true", help="also time the bare LSTM step loop (see above)")
+    parser.add_argument("--variants", action="store_true", help="also time the variants tried and not kept (see above)")
     args = parser.parse_args(argv)
     if not (args.peer_dir / "workload.py").is_file():
         raise ValueError(f"peer folder {args.peer_dir} lacks workload.py (pass --peer-dir)")
@@ -128,6 +189,10 @@ def main(argv=None):
             loops = [step_loop(model.config, elementwise) for elementwise in (False, True, False, True)]
             print(f"{size}, bare step loop: products alone {min(loops[0::2]):.3f} ms per word, with the elementwise "
                   f"work {min(loops[1::2]):.3f} (best of 2)", flush=True)
+        if args.variants:
+            with torch.inference_mode():
+                for line in variants(model):
+                    print(f"{size}, {line}", flush=True)
 
 
 if __name__ == "__main__":
