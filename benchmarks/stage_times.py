@@ -18,7 +18,8 @@ per-step overhead that no product speed-up removes.
 shapes and with the model's weights: the step's elementwise work eager and under `torch.compile` (which needs a C++
 compiler, and compiles for seconds on first use), and the products that run on a sentence's few rows (the LSTM input
 products and a highway layer) as the model runs them, `x @ W`, and weight first, `(W^T @ x^T)^T`, which some BLAS
-libraries run faster when the rows are few.
+libraries run faster when the rows are few. It also times one step's products at 2-32 rows as the model runs them
+(oneDNN, weights prepacked once) against `baddbmm` and `bmm`, the choice to check first on another vendor's CPU.
 """
 
 import argparse
@@ -157,6 +158,21 @@ def variants(model, rows=(12, 26, 40, 64)):
             line += (f"; highway product {flops / best_microseconds(as_model, 10) / 1e3:.0f} as the model runs it, "
                      f"{flops / best_microseconds(weight_first, 10) / 1e3:.0f} weight first")
         lines.append(line)
+
+    # The per-step products of a batch's rows (the recurrent product and the projection, both directions): oneDNN with
+    # the weights prepacked once, as the model runs them from 2 rows up, against MKL's `baddbmm` / `bmm`.
+    if cpu_kernels._prepacked_products_apply(layer, layer.bias):
+        for count in (2, 8, 32):
+            gate_input = torch.randn(2, count, layer.recurrent_weight.shape[2])  # (2, rows, 4 * lstm_dim)
+            hidden = torch.randn(2, count, layer.recurrent_weight.shape[1])  # (2, rows, projection_dim)
+            memory = torch.randn(2, count, layer.projection_weight.shape[1])  # (2, rows, lstm_dim)
+            timings = [
+                best_microseconds(lambda: cpu_kernels._gates(layer, gate_input, hidden, prepacked), 20)
+                + best_microseconds(lambda: cpu_kernels._project(layer, memory, prepacked), 20)
+                for prepacked in (True, False)
+            ]
+            lines.append(f"{count} rows, one step's products: {timings[0]:.0f} us prepacked for oneDNN (the model), "
+                         f"{timings[1]:.0f} us with baddbmm + bmm")
     return lines
 
 
