@@ -1,7 +1,7 @@
 """Where our CPU (or GPU) time goes, per stage of the model, in milliseconds per word.
 
     python benchmarks/stage_times.py --sizes medium original [--threads 2] [--work-dir /tmp/elmo-bench]
-        [--peer-dir ../shared/peer] [--step-loop]
+        [--peer-dir ../shared/peer] [--step-loop] [--variants]
 
 For each size: random weights in the published layout (the peer folder's `make_random_elmo.py`, reused from
 `--work-dir` when `benchmark_elmo.py` already wrote them), converted with our converter; then 4 length-sorted
@@ -34,7 +34,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmark_elmo import SIZES, prepare  # noqa: E402  (same random weights and conversion as the benchmark)
-from roofline import SENTENCE_STEPS  # noqa: E402  (the steps of the workload's mean sentence, as the memory roof)
+from roofline import SENTENCE_STEPS, rate  # noqa: E402  (the steps of a mean sentence, as the memory roof; its timer)
 from elmo_hf import ElmoModel, ElmoTokenizer, cpu_kernels, modeling_elmo  # noqa: E402
 # Stage name -> (owner, function name) wrapped by the timer.
 STAGES = {
@@ -113,20 +113,17 @@ def step_loop(config, elementwise, repeats=10):
     return 1000 * (time.perf_counter() - start) / (repeats * SENTENCE_STEPS)
 
 
-def best_microseconds(function, calls, rounds=7):
-    """Best of `rounds` mean times of `calls` calls of `function()`, in microseconds (after two warm-up calls)."""
-    function(), function()
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            function()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return 1e6 * best
-
-
 def variants(model, rows=(12, 26, 40, 64)):
-    """Lines comparing the kept and the tried ways of a sentence's work (see the module docstring)."""
+    """Lines comparing the kept and the tried ways of a sentence's work (see the module docstring); each timing is the
+    median of `roofline.rate`'s repeats."""
+    cpu = torch.device("cpu")
+
+    def microseconds(function):
+        return 1e6 / rate(function, 1.0, cpu)
+
+    def gflop_per_s(function, flops):
+        return rate(function, flops, cpu) / 1e9
+
     lines = []
     cell = model.config.lstm_dim
     gates, memory = torch.randn(2, 1, 4 * cell), torch.randn(2, 1, cell)
@@ -135,8 +132,8 @@ def variants(model, rows=(12, 26, 40, 64)):
     compiled(gates, memory)
     compile_seconds = time.perf_counter() - start
     difference = max((a - b).abs().max().item() for a, b in zip(cell_update(gates, memory), compiled(gates, memory)))
-    lines.append(f"step's elementwise work, one row: eager {best_microseconds(lambda: cell_update(gates, memory), 500):.1f} "
-                 f"us, torch.compile {best_microseconds(lambda: compiled(gates, memory), 500):.1f} us (first call "
+    lines.append(f"step's elementwise work, one row: eager {microseconds(lambda: cell_update(gates, memory)):.1f} "
+                 f"us, torch.compile {microseconds(lambda: compiled(gates, memory)):.1f} us (first call "
                  f"{compile_seconds:.1f} s, max difference {difference:.1e})")
 
     layer = model.encoder.layers[1]
@@ -148,15 +145,15 @@ def variants(model, rows=(12, 26, 40, 64)):
             layer.bias.unsqueeze(2), layer.input_weight.transpose(1, 2), inputs.transpose(1, 2)
         ).transpose(1, 2)  # (2, 4 * lstm_dim, rows) -> (2, rows, 4 * lstm_dim)
         flops = 2 * inputs.numel() * layer.input_weight.shape[2]
-        line = (f"{count} rows: LSTM input products {flops / best_microseconds(as_model, 10) / 1e3:.0f} GFLOP/s as the "
-                f"model runs them, {flops / best_microseconds(weight_first, 10) / 1e3:.0f} weight first")
+        line = (f"{count} rows: LSTM input products {gflop_per_s(as_model, flops):.0f} GFLOP/s as the "
+                f"model runs them, {gflop_per_s(weight_first, flops):.0f} weight first")
         if highway is not None:
             token = torch.randn(count, highway.in_features)  # (rows, num_filters)
             as_model = lambda: highway(token)  # noqa: E731
             weight_first = lambda: torch.addmm(highway.bias.unsqueeze(1), highway.weight, token.t()).t()  # noqa: E731
             flops = 2 * token.numel() * highway.out_features
-            line += (f"; highway product {flops / best_microseconds(as_model, 10) / 1e3:.0f} as the model runs it, "
-                     f"{flops / best_microseconds(weight_first, 10) / 1e3:.0f} weight first")
+            line += (f"; highway product {gflop_per_s(as_model, flops):.0f} as the model runs it, "
+                     f"{gflop_per_s(weight_first, flops):.0f} weight first")
         lines.append(line)
 
     # The per-step products of a batch's rows (the recurrent product and the projection, both directions): oneDNN with
@@ -167,8 +164,8 @@ def variants(model, rows=(12, 26, 40, 64)):
             hidden = torch.randn(2, count, layer.recurrent_weight.shape[1])  # (2, rows, projection_dim)
             memory = torch.randn(2, count, layer.projection_weight.shape[1])  # (2, rows, lstm_dim)
             timings = [
-                best_microseconds(lambda: cpu_kernels._gates(layer, gate_input, hidden, prepacked), 20)
-                + best_microseconds(lambda: cpu_kernels._project(layer, memory, prepacked), 20)
+                microseconds(lambda: cpu_kernels._gates(layer, gate_input, hidden, prepacked))
+                + microseconds(lambda: cpu_kernels._project(layer, memory, prepacked))
                 for prepacked in (True, False)
             ]
             lines.append(f"{count} rows, one step's products: {timings[0]:.0f} us prepacked for oneDNN (the model), "
