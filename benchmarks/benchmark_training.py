@@ -188,7 +188,7 @@ def main(argv=None):
 
         torch.set_num_threads(args.threads)
         with torch.inference_mode():
-            peak = roofline.compute_roof(options)["gflop_per_s"]
+            peak = roofline.compute_roof(options, torch.device("cpu"))["gflop_per_s"]
         runs = {revision: [] for revision in args.revisions}
         for index in range(args.rounds):
             for revision, path in paths.items():

@@ -5,6 +5,7 @@ from transformers import PreTrainedConfig
 from .char_ids import NUM_CHARACTER_IDS
 
 SUPPORTED_ACTIVATIONS = ("relu", "tanh")
+LSTM_IMPLEMENTATIONS = ("auto", "reference", "packed")
 
 # The published "original" ELMo (5.5B has the same shape), as in its options.json.
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -42,6 +43,11 @@ class ElmoConfig(PreTrainedConfig):
         pretraining_dropout (float, defaults to 0.0): bilm-tf's training dropout, applied only by
             [`ElmoForPreTraining`] in training mode: on every LSTM layer's input and on the softmax input. Never
             applied when embedding or when training a task head.
+        lstm_implementation (str, defaults to "auto"): how the biLSTM runs, with the same math in each case:
+            "reference", the readable padded recurrence of `modeling_elmo.py` for every call (autograd through it;
+            the ONNX export scripts it); "packed", packed steps with a shrinking batch (`packed_steps.py`): on a CPU
+            without gradients `cpu_kernels.py`, otherwise the hand-written backward of `lstm_training_kernel.py`;
+            "auto", "packed" except for inference on a GPU, which runs "reference".
 
     Task heads ([`ElmoForTokenClassification`], [`ElmoForSequenceClassification`]) read these fields; the biLM
     ignores them:
@@ -81,6 +87,7 @@ class ElmoConfig(PreTrainedConfig):
         vocab_size=0,
         num_sampled_negatives=8192,
         pretraining_dropout=0.0,
+        lstm_implementation="auto",
         scalar_mix_initial_weights=None,
         scalar_mix_trainable=True,
         scalar_mix_do_layer_norm=False,
@@ -110,6 +117,7 @@ class ElmoConfig(PreTrainedConfig):
         self.vocab_size = 0 if vocab_size is None else vocab_size
         self.num_sampled_negatives = num_sampled_negatives
         self.pretraining_dropout = pretraining_dropout
+        self.lstm_implementation = lstm_implementation
         self.scalar_mix_initial_weights = scalar_mix_initial_weights
         self.scalar_mix_trainable = scalar_mix_trainable
         self.scalar_mix_do_layer_norm = scalar_mix_do_layer_norm
@@ -171,6 +179,11 @@ class ElmoConfig(PreTrainedConfig):
                 f"softmax), got {self.num_sampled_negatives!r}",
             )
         self.pretraining_dropout = _probability("pretraining_dropout", self.pretraining_dropout)
+        if self.lstm_implementation not in LSTM_IMPLEMENTATIONS:
+            raise ElmoConfigFieldError(
+                "lstm_implementation",
+                f"lstm_implementation must be one of {LSTM_IMPLEMENTATIONS}, got {self.lstm_implementation!r}",
+            )
         if self.scalar_mix_initial_weights is not None:
             weights = _float_list("scalar_mix_initial_weights", self.scalar_mix_initial_weights)
             if len(weights) != self.num_lstm_layers + 1:

@@ -1,127 +1,253 @@
-"""ELMo's LSTM layer with a hand-written backward pass, for training.
+"""ELMo's biLSTM for training: packed steps with a shrinking batch and a hand-written backward.
 
-`ElmoBiLstmLayer.forward` (modeling_elmo.py) is the readable definition. Under autograd it records about twenty
-nodes per word, and its backward computes the recurrent and projection weight gradients one small product per word.
-`lstm_layer_function` computes the same forward, keeps only the activations the backward needs, and in the backward:
+`ElmoBiLstm.forward` (modeling_elmo.py) is the readable definition; under autograd it records about twenty nodes per
+word and steps every padded position. `bilstm_training_forward` computes the same values on the packed layout of
+`packed_steps.py` (rows sorted longest first, each step holding only the rows still running, so padding costs
+nothing), and each layer's recurrence is one autograd node, `_PackedLstmRecurrence`, whose backward:
 
-- walks the words in reverse with two small products per word (into the previous hidden state and into the cell
-  output), with no autograd bookkeeping;
+- walks the steps in reverse with two small products per step (into the previous hidden state and into the cell
+  output) and four elementwise products, with the factors that do not depend on the carried gradient (the gate
+  derivatives, the clip masks) computed once for every step beforehand;
 - computes the gradients of the recurrent weight `U` and the projection `P` once, as two large products over every
-  word of every row, where autograd does one small product per word.
+  packed position, where autograd does one small product per step.
 
-It is the same arithmetic: the outputs differ from the reference only by the rounding of the input product (taken
-here over word-major rows), the gradients only by summation order (`tests/test_lstm_training_kernel.py` compares
-both in float64). `ElmoBiLstm.forward` uses it whenever a gradient is needed; `benchmarks/benchmark_training.py`
-measures it.
+It is the same arithmetic: the outputs differ from the reference only by rounding, the gradients only by summation
+order (`tests/test_lstm_training_kernel.py` compares both in float64). `ElmoBiLstm.forward` uses it whenever a
+gradient is recorded; `benchmarks/benchmark_training.py` measures it.
 """
 
+import math
+import threading
+
 import torch
+import torch.nn.functional as F
+
+from .packed_steps import PackedSteps
 
 
-def lstm_layer_function(layer, gate_inputs, mask, cell, hidden):
+class _BufferPool:
     r"""
-    The `ElmoBiLstmLayer` recurrence with a hand-written backward.
+    CPU scratch buffers kept from one call to the next.
+
+    PyTorch's CPU allocator hands blocks of tens of MB back to the system when they are freed, so a fresh one costs a
+    page fault per 4 KB the first time it is written: for the recurrence's buffers, written a step at a time, that
+    took longer than the steps' own arithmetic. A buffer is taken in a forward or backward and given back once the
+    backward is done with it; a graph freed without a backward drops its buffers with it. Other devices allocate
+    as usual (CUDA's allocator caches already).
+    """
+
+    def __init__(self, max_buffers=16):
+        self.free = []
+        self.max_buffers = max_buffers
+        self.lock = threading.Lock()
+
+    def take(self, shape, like):
+        """An uninitialised tensor of `shape` with `like`'s dtype and device."""
+        if like.device.type != "cpu":
+            return like.new_empty(shape)
+        size = math.prod(shape)
+        with self.lock:
+            fitting = [index for index, buffer in enumerate(self.free) if buffer.dtype == like.dtype and buffer.numel() >= size]
+            if fitting:
+                buffer = self.free.pop(min(fitting, key=lambda index: self.free[index].numel()))
+                return buffer[:size].view(shape)
+        # Room for somewhat longer batches, so that the next ones reuse it.
+        return like.new_empty(size + size // 4)[:size].view(shape)
+
+    def give_back(self, *tensors):
+        """Returns tensors from `take` (or None) to the pool: nothing may use them afterwards."""
+        with self.lock:
+            for tensor in tensors:
+                if tensor is not None and tensor.device.type == "cpu":
+                    self.free.append(tensor if tensor._base is None else tensor._base)
+            self.free.sort(key=torch.Tensor.numel, reverse=True)
+            del self.free[self.max_buffers :]
+
+
+_POOL = _BufferPool()
+
+
+class _Lease:
+    """Gives `tensors` back to the pool when it is freed: kept on an autograd node's context, whose saved tensors they
+    are, it outlives every backward through that node (a second one, with `retain_graph=True`, included)."""
+
+    def __init__(self, *tensors):
+        self.tensors = tensors
+
+    def __del__(self):
+        _POOL.give_back(*self.tensors)
+
+
+def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0):
+    r"""
+    `ElmoBiLstm.forward`'s values on packed steps, with each layer's recurrence as one autograd node.
 
     Args:
-        layer (`ElmoBiLstmLayer`): gives `recurrent_weight` `(2, projection_dim, 4 * lstm_dim)`, `projection_weight`
-            `(2, lstm_dim, projection_dim)` and the clips.
-        gate_inputs (`(2, words, batch, 4 * lstm_dim)`, word-major): each direction's `x W + b`
-            (`layer.input_gates`).
+        encoder (`ElmoBiLstm`): supplies the layers and the skip connections.
+        inputs (`(batch, words, projection_dim)`): the token representation of each word.
         mask (`(batch, words)` bool): real words, right-padded.
-        cell (`(2, batch, lstm_dim)`), hidden (`(2, batch, projection_dim)`): the state before the first word.
+        cells (`(layers, 2, batch, lstm_dim)`), hiddens (`(layers, 2, batch, projection_dim)`): each layer's initial
+            state (`ElmoBiLstm.initial_states`).
+        dropout (float): dropout probability on every layer's input (the residual adds the dropped input).
 
     Returns:
-        outputs `(2, words, batch, projection_dim)` (word-major), 0 at padded positions, and the state `(cell,
-        hidden)` after each row's last word: the values of `ElmoBiLstmLayer.forward`.
+        each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at padded positions, and
+        the final cells `(layers, 2, batch, lstm_dim)` and hiddens `(layers, 2, batch, projection_dim)`.
     """
-    return _LstmRecurrence.apply(
-        gate_inputs, layer.recurrent_weight, layer.projection_weight, mask, cell, hidden, layer.cell_clip,
-        layer.proj_clip,
-    )  # fmt: skip
+    steps = PackedSteps(mask.sum(dim=1), mask.shape[1])
+    layer_input = steps.pack(inputs)  # (2, valid, projection_dim): both directions' words, step by step
+    layer_outputs, final_cells, final_hiddens = [], [], []
+    for index, layer in enumerate(encoder.layers):
+        if dropout:
+            layer_input = F.dropout(layer_input, dropout, training=True)
+        gate_inputs = layer.input_gates(layer_input)  # (2, valid, 4 * lstm_dim)
+        initial_cell, initial_hidden = cells[index], hiddens[index]  # (2, batch, dim), the batch's row order
+        output, cell_states, _ = _PackedLstmRecurrence.apply(
+            gate_inputs, layer.recurrent_weight, layer.projection_weight, initial_cell[:, steps.order],
+            initial_hidden[:, steps.order], steps, layer.cell_clip, layer.proj_clip,
+        )  # fmt: skip
+        final_cells.append(steps.final_states(cell_states, initial_cell))
+        final_hiddens.append(steps.final_states(output, initial_hidden))
+        if encoder.use_skip_connections and index > 0:
+            output = output + layer_input
+        layer_outputs.append(steps.unpack(output))  # (batch, words, 2 * projection_dim)
+        layer_input = output
+    return layer_outputs, torch.stack(final_cells), torch.stack(final_hiddens)
 
 
-class _LstmRecurrence(torch.autograd.Function):
+class _PackedLstmRecurrence(torch.autograd.Function):
+    r"""
+    One `ElmoBiLstmLayer`'s recurrence on packed steps (`PackedSteps`), both directions at once.
+
+    Inputs: `gate_inputs` `(2, valid, 4 * lstm_dim)` (`x W + b`, packed), the weights `U` `(2, projection_dim, 4 *
+    lstm_dim)` and `P` `(2, lstm_dim, projection_dim)`, the initial cell `(2, batch, lstm_dim)` and hidden `(2, batch,
+    projection_dim)` in `steps.order`, the `PackedSteps`, and the clips.
+
+    Outputs: the hidden state after each packed position `(2, valid, projection_dim)` (the layer's output, clipped)
+    and the cell state `(2, valid, lstm_dim)` (clipped).
+    """
+
     @staticmethod
-    def forward(ctx, gate_inputs, recurrent_weight, projection_weight, mask, cell, hidden, cell_clip, proj_clip):
-        _, words, batch, four_lstm_dim = gate_inputs.shape
+    def forward(ctx, gate_inputs, recurrent_weight, projection_weight, initial_cell, initial_hidden, steps, cell_clip,
+                proj_clip):  # fmt: skip
+        _, valid, four_lstm_dim = gate_inputs.shape
         lstm_dim = four_lstm_dim // 4
-        running_steps = mask.t().reshape(words, 1, batch, 1)  # (words, 1, batch, 1)
-        # Everything is word-major, (2, words, batch, dim): step t is `[:, t]`, each direction's rows contiguous, a
-        # layout the batched products read and write without copies. Kept for the backward, step by step: the gate
-        # activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) side by side, the cell and hidden state before the
-        # step, the new cell before its clip, the cell output `memory` (the projection's input) and the new hidden
-        # state before its clip.
-        activations = torch.empty_like(gate_inputs)
-        cells_before, new_cells, memories = (cell.new_empty(2, words, batch, lstm_dim) for _ in range(3))
-        hiddens_before, projected, outputs = (hidden.new_empty(2, words, batch, hidden.shape[-1]) for _ in range(3))
-        for step, running in enumerate(running_steps):
-            cells_before[:, step] = cell
-            hiddens_before[:, step] = hidden
-            gates = torch.baddbmm(gate_inputs[:, step], hidden, recurrent_weight, out=activations[:, step])
+        # Kept for the backward: the gate activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) side by side,
+        # written over the gate inputs (no other node needs them); the cell before and after its clip; the projection
+        # before and after its clip (the output).
+        activations = gate_inputs
+        cells = initial_cell.new_empty(2, valid, lstm_dim)
+        unclipped_cells = cells if cell_clip is None else _POOL.take((2, valid, lstm_dim), cells)
+        outputs = initial_hidden.new_empty(2, valid, initial_hidden.shape[-1])
+        projected = outputs if proj_clip is None else _POOL.take(outputs.shape, outputs)
+        cell, hidden, start = initial_cell, initial_hidden, 0
+        for active in steps.batch_sizes:
+            rows = slice(start, start + active)
+            gates = activations[:, rows].baddbmm_(hidden[:, :active], recurrent_weight)  # (2, active, 4 * lstm_dim)
             gates[..., : 2 * lstm_dim].sigmoid_()  # input and forget gates
             gates[..., 2 * lstm_dim : 3 * lstm_dim].tanh_()  # cell candidate
             gates[..., 3 * lstm_dim :].sigmoid_()  # output gate
             input_act, forget_act, candidate_act, output_act = gates.chunk(4, dim=-1)
-            new_cell = torch.add(forget_act * cell, input_act * candidate_act, out=new_cells[:, step])
+            new_cell = torch.addcmul(
+                forget_act * cell[:, :active], input_act, candidate_act, out=unclipped_cells[:, rows]
+            )  # (2, active, lstm_dim)
             if cell_clip is not None:
-                new_cell = new_cell.clamp(-cell_clip, cell_clip)
-            memory = torch.mul(output_act, torch.tanh(new_cell), out=memories[:, step])  # (2, batch, lstm_dim)
-            new_hidden = torch.bmm(memory, projection_weight, out=projected[:, step])  # (2, batch, projection_dim)
+                new_cell = torch.clamp(new_cell, -cell_clip, cell_clip, out=cells[:, rows])
+            memory = output_act * torch.tanh(new_cell)  # (2, active, lstm_dim)
+            new_hidden = torch.bmm(memory, projection_weight, out=projected[:, rows])  # (2, active, projection_dim)
             if proj_clip is not None:
-                new_hidden = new_hidden.clamp(-proj_clip, proj_clip)
-            cell = torch.where(running, new_cell, cell)
-            hidden = torch.where(running, new_hidden, hidden)
-            torch.mul(new_hidden, running, out=outputs[:, step])  # 0 at padding
-        ctx.clips = (cell_clip, proj_clip)
-        ctx.save_for_backward(recurrent_weight, projection_weight, running_steps, activations, cells_before,
-                              new_cells, memories, hiddens_before, projected)  # fmt: skip
-        return outputs, cell, hidden  # outputs (2, words, batch, projection_dim)
+                new_hidden = torch.clamp(new_hidden, -proj_clip, proj_clip, out=outputs[:, rows])
+            # The next step's rows are a prefix of these: it reads its state from here.
+            cell, hidden, start = new_cell, new_hidden, start + active
+        ctx.steps, ctx.clips = steps, (cell_clip, proj_clip)
+        ctx.lease = _Lease(None if cell_clip is None else unclipped_cells, None if proj_clip is None else projected)
+        ctx.set_materialize_grads(False)
+        ctx.mark_dirty(gate_inputs)
+        ctx.mark_non_differentiable(activations)
+        ctx.save_for_backward(recurrent_weight, projection_weight, activations, unclipped_cells, cells, projected,
+                              outputs, initial_cell, initial_hidden)  # fmt: skip
+        return outputs, cells, activations
 
     @staticmethod
-    def backward(ctx, outputs_grad, final_cell_grad, final_hidden_grad):
-        (recurrent_weight, projection_weight, running_steps, activations, cells_before, new_cells, memories,
-         hiddens_before, projected) = ctx.saved_tensors  # fmt: skip
-        cell_clip, proj_clip = ctx.clips
-        _, words, batch, _ = activations.shape
+    def backward(ctx, outputs_grad, cells_grad, _):
+        (recurrent_weight, projection_weight, activations, unclipped_cells, cells, projected, outputs, initial_cell,
+         initial_hidden) = ctx.saved_tensors  # fmt: skip
+        steps, (cell_clip, proj_clip) = ctx.steps, ctx.clips
+        _, valid, four_lstm_dim = activations.shape
+        lstm_dim = four_lstm_dim // 4
+        input_act, forget_act, candidate_act, output_act = activations.chunk(4, dim=-1)  # each (2, valid, lstm_dim)
+        cell_shape = cells.shape  # (2, valid, lstm_dim)
+        cell_tanh = torch.tanh(cells, out=_POOL.take(cell_shape, cells))
+        previous_cells = torch.index_select(torch.cat([cells, initial_cell], dim=1), 1, steps.previous_index,
+                                            out=_POOL.take(cell_shape, cells))  # fmt: skip
+
+        # Every factor that does not depend on the gradient carried back from later steps, for all steps at once.
         # The clips pass the gradient inside and on their bounds (torch.clamp's rule).
-        cell_clip_masks = None if cell_clip is None else new_cells.abs() <= cell_clip
-        hidden_clip_masks = None if proj_clip is None else projected.abs() <= proj_clip
-        if cell_clip is not None:
-            new_cells = new_cells.clamp(-cell_clip, cell_clip)  # (2, words, batch, lstm_dim), as the forward used
+        hidden_mask = None if proj_clip is None else _inside_clip(projected, proj_clip)
+        cell_mask = None if cell_clip is None else _inside_clip(unclipped_cells, cell_clip)
+        memory_to_cell = torch.mul(cell_tanh, cell_tanh, out=_POOL.take(cell_shape, cells))
+        memory_to_cell.neg_().add_(1).mul_(output_act)  # d memory / d cell = o (1 - tanh(c)^2)
+        # d(clipped cell) / d(pre-activation) of i, f, g and d memory / d(pre-activation) of o, side by side:
+        # sigmoid' = s (1 - s), tanh' = 1 - t^2.
+        gate_factors = _POOL.take(activations.shape, activations)
+        input_factor, forget_factor, candidate_factor, output_factor = gate_factors.chunk(4, dim=-1)
+        torch.mul(candidate_act, input_act * (1 - input_act), out=input_factor)
+        torch.mul(previous_cells, forget_act * (1 - forget_act), out=forget_factor)
+        torch.mul(input_act, 1 - candidate_act**2, out=candidate_factor)
+        torch.mul(cell_tanh, output_act * (1 - output_act), out=output_factor)
+        cell_to_previous = forget_act  # d(new cell) / d(previous cell)
+        if cell_mask is not None:
+            for factor in (input_factor, forget_factor, candidate_factor):
+                factor.mul_(cell_mask)
+            cell_to_previous = cell_mask.mul_(forget_act)
+
+        # The gradient of each projection (the output before its clip), completed step by step with the recurrence's.
+        projected_grads = _POOL.take(outputs.shape, outputs)
+        if outputs_grad is None:
+            projected_grads.zero_()
+        else:
+            projected_grads.copy_(outputs_grad)
+        if hidden_mask is not None:
+            projected_grads.mul_(hidden_mask)
+        gate_grads = torch.empty_like(activations)  # (2, valid, 4 * lstm_dim)
+        input_grads, forget_grads, candidate_grads, output_grads = gate_grads.chunk(4, dim=-1)
+        # The gradient reaching the state before the current step, from this step's products; rows past a step's
+        # batch stay 0 (rows end, longest last, so a row joins the walk back at its own last step).
+        hidden_carry = torch.zeros_like(initial_hidden)  # (2, batch, projection_dim)
+        cell_carry = torch.zeros_like(initial_cell)  # (2, batch, lstm_dim)
         recurrent_weight_t = recurrent_weight.transpose(1, 2).contiguous()  # (2, 4 * lstm_dim, projection_dim)
         projection_weight_t = projection_weight.transpose(1, 2).contiguous()  # (2, projection_dim, lstm_dim)
-        # The gradient reaching the state after the current step (initially: after each row's last word).
-        cell_grad = final_cell_grad if final_cell_grad is not None else cells_before.new_zeros(cells_before[:, 0].shape)
-        hidden_grad = final_hidden_grad if final_hidden_grad is not None else projected.new_zeros(projected[:, 0].shape)
-        gate_grads = torch.empty_like(activations)  # (2, words, batch, 4 * lstm_dim)
-        projected_grads = torch.empty_like(projected)  # (2, words, batch, projection_dim)
-        for step in range(words - 1, -1, -1):
-            running = running_steps[step]  # (1, batch, 1)
-            # Rows without a word at this step passed their state through unchanged: so does the gradient.
-            new_hidden_grad = torch.mul(hidden_grad + outputs_grad[:, step], running, out=projected_grads[:, step])
-            if hidden_clip_masks is not None:
-                new_hidden_grad.mul_(hidden_clip_masks[:, step])  # the gradient of memory @ P
-            memory_grad = torch.bmm(new_hidden_grad, projection_weight_t)  # (2, batch, lstm_dim)
-            input_act, forget_act, candidate_act, output_act = activations[:, step].chunk(4, dim=-1)
-            input_gate_grad, forget_gate_grad, candidate_grad, output_gate_grad = gate_grads[:, step].chunk(4, dim=-1)
-            cell_tanh = torch.tanh(new_cells[:, step])
-            # d memory / d cell = o (1 - tanh(c)^2)
-            cell_total_grad = cell_grad * running + memory_grad * output_act * (1 - cell_tanh**2)
-            if cell_clip_masks is not None:
-                cell_total_grad.mul_(cell_clip_masks[:, step])
-            # d/d(pre-activation) of each gate: sigmoid' = s (1 - s), tanh' = 1 - t^2.
-            torch.mul(cell_total_grad * candidate_act, input_act * (1 - input_act), out=input_gate_grad)
-            torch.mul(cell_total_grad * cells_before[:, step], forget_act * (1 - forget_act), out=forget_gate_grad)
-            torch.mul(cell_total_grad * input_act, 1 - candidate_act**2, out=candidate_grad)
-            torch.mul(memory_grad * cell_tanh, output_act * (1 - output_act), out=output_gate_grad)
-            hidden_grad = torch.baddbmm(hidden_grad.masked_fill(running, 0.0), gate_grads[:, step], recurrent_weight_t)
-            cell_grad = torch.addcmul(cell_grad.masked_fill(running, 0.0), cell_total_grad, forget_act)
+        start = valid
+        for active in reversed(steps.batch_sizes):
+            start -= active
+            rows = slice(start, start + active)
+            hidden_grad = projected_grads[:, rows]  # (2, active, projection_dim), a view filled in place
+            if hidden_mask is None:
+                hidden_grad.add_(hidden_carry[:, :active])
+            else:
+                hidden_grad.addcmul_(hidden_carry[:, :active], hidden_mask[:, rows])
+            memory_grad = torch.bmm(hidden_grad, projection_weight_t)  # (2, active, lstm_dim)
+            cell_grad = cell_carry[:, :active] if cells_grad is None else cell_carry[:, :active] + cells_grad[:, rows]
+            cell_grad = torch.addcmul(cell_grad, memory_grad, memory_to_cell[:, rows])  # of the clipped cell
+            torch.mul(cell_grad, input_factor[:, rows], out=input_grads[:, rows])
+            torch.mul(cell_grad, forget_factor[:, rows], out=forget_grads[:, rows])
+            torch.mul(cell_grad, candidate_factor[:, rows], out=candidate_grads[:, rows])
+            torch.mul(memory_grad, output_factor[:, rows], out=output_grads[:, rows])
+            torch.bmm(gate_grads[:, rows], recurrent_weight_t, out=hidden_carry[:, :active])
+            torch.mul(cell_grad, cell_to_previous[:, rows], out=cell_carry[:, :active])
 
-        # The weight gradients, each one product over every (word, row) pair.
-        def over_all_steps(values):  # (2, words, batch, dim) -> (2, words * batch, dim), a view
-            return values.view(2, words * batch, -1)
-
-        recurrent_weight_grad = torch.bmm(over_all_steps(hiddens_before).transpose(1, 2), over_all_steps(gate_grads))
-        projection_weight_grad = torch.bmm(over_all_steps(memories).transpose(1, 2), over_all_steps(projected_grads))
-        return (gate_grads, recurrent_weight_grad, projection_weight_grad, None, cell_grad, hidden_grad, None,
+        # The weight gradients, each one product over every packed position.
+        previous_hiddens = torch.index_select(torch.cat([outputs, initial_hidden], dim=1), 1, steps.previous_index,
+                                              out=_POOL.take(outputs.shape, outputs))  # fmt: skip
+        recurrent_weight_grad = torch.bmm(previous_hiddens.transpose(1, 2), gate_grads)
+        memories = torch.mul(output_act, cell_tanh, out=cell_tanh)  # the projection's input
+        projection_weight_grad = torch.bmm(memories.transpose(1, 2), projected_grads)
+        _POOL.give_back(cell_tanh, previous_cells, memory_to_cell, gate_factors, projected_grads, previous_hiddens,
+                        hidden_mask, cell_mask)  # fmt: skip
+        return (gate_grads, recurrent_weight_grad, projection_weight_grad, cell_carry, hidden_carry, None, None,
                 None)  # fmt: skip
+
+
+def _inside_clip(values, clip):
+    """`(|values| <= clip)` as 1.0 / 0.0 in `values`' dtype, in a pooled buffer."""
+    return torch.abs(values, out=_POOL.take(values.shape, values)).le_(clip)

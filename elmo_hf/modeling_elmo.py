@@ -26,7 +26,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_elmo import ElmoConfig
 from .cpu_kernels import cpu_kernels_apply, elmo_forward, gather_words, reverse_words_index
-from .lstm_training_kernel import lstm_layer_function
+from .lstm_training_kernel import bilstm_training_forward
 
 
 class ElmoHighway(nn.Module):
@@ -160,14 +160,6 @@ class ElmoBiLstmLayer(nn.Module):
             outputs.append(new_hidden.masked_fill(~running, 0.0))
         return torch.stack(outputs, dim=2), (cell, hidden)  # outputs (2, batch, words, projection_dim)
 
-    def forward_for_training(self, inputs, mask, cell, hidden):
-        """`forward`'s values with a hand-written backward (`lstm_training_kernel.py`): what autograd uses."""
-        batch, words = mask.shape
-        word_major = inputs.transpose(1, 2).reshape(2, words * batch, -1)  # (2, words * batch, input_dim)
-        gate_inputs = self.input_gates(word_major).view(2, words, batch, -1)  # (2, words, batch, 4 * lstm_dim)
-        outputs, cell, hidden = lstm_layer_function(self, gate_inputs, mask, cell, hidden)
-        return outputs.transpose(1, 2), (cell, hidden)  # outputs (2, batch, words, projection_dim)
-
 
 class ElmoBiLstm(nn.Module):
     """ELMo's stacked bidirectional LSTM with optional residual connections between layers."""
@@ -184,7 +176,7 @@ class ElmoBiLstm(nn.Module):
         self.lstm_dim = config.lstm_dim
         self.projection_dim = config.projection_dim
 
-    def forward(self, inputs, mask, lstm_states=None, dropout=0.0):
+    def forward(self, inputs, mask, lstm_states=None, dropout=0.0, implementation="auto"):
         r"""
         Args:
             inputs (`(batch, words, projection_dim)`): the token representation of each word, 0 at padded positions.
@@ -194,6 +186,10 @@ class ElmoBiLstm(nn.Module):
                 `rows` may differ from `batch`: batch row i continues state row i, state rows past the batch are
                 carried through unchanged, and batch rows past the state start from zeros.
             dropout (float): dropout probability on every layer's input (the residual adds the dropped input).
+            implementation (str): `config.lstm_implementation`. This readable loop runs for "reference" and for
+                "auto" without gradients; "packed", and "auto" under autograd, run the same math on packed steps with
+                a hand-written backward (`lstm_training_kernel.py`). It must stay scriptable (`torch.jit.script`):
+                the ONNX export compiles `ElmoBiLstmLayer` with it.
 
         Returns:
             a list with each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at
@@ -201,6 +197,11 @@ class ElmoBiLstm(nn.Module):
         """
         batch, words, _ = inputs.shape
         cells, hiddens, carried = self.initial_states(lstm_states, batch, inputs)  # (layers, 2, batch, dim)
+        if implementation == "packed" or (implementation == "auto" and torch.is_grad_enabled()):
+            layer_outputs, final_cells, final_hiddens = bilstm_training_forward(
+                self, inputs, mask, cells, hiddens, dropout
+            )
+            return layer_outputs, self.final_states(final_cells, final_hiddens, carried)
         reverse_index = reverse_words_index(mask.sum(dim=1), words)  # (batch, words)
         # Direction 0 reads each row's words in order, direction 1 backwards.
         layer_input = torch.stack([inputs, gather_words(inputs, reverse_index)])  # (2, batch, words, projection_dim)
@@ -209,9 +210,7 @@ class ElmoBiLstm(nn.Module):
         for index, layer in enumerate(self.layers):
             if dropout:
                 layer_input = F.dropout(layer_input, dropout, training=True)
-            # Under autograd the same recurrence runs with a hand-written backward (lstm_training_kernel.py).
-            run_layer = layer.forward_for_training if torch.is_grad_enabled() else layer
-            output, (cell, hidden) = run_layer(layer_input, mask, cells[index], hiddens[index])  # (2, batch, words, proj)
+            output, (cell, hidden) = layer(layer_input, mask, cells[index], hiddens[index])  # (2, batch, words, proj)
             if self.use_skip_connections and index > 0:
                 output = output + layer_input
             # The backward outputs read back in word order: (batch, words, 2 * projection_dim).
@@ -857,8 +856,9 @@ class ElmoModel(ElmoPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         mask = self.word_mask(input_ids, attention_mask)  # (batch, words)
-        # The one choice between the two paths: the CPU kernels compute the same math without gradients.
-        if cpu_kernels_apply(self, input_ids, lstm_states, lstm_dropout):
+        # The one choice of path (config.lstm_implementation): the CPU kernels compute the same math without gradients.
+        implementation = self.config.lstm_implementation
+        if implementation != "reference" and cpu_kernels_apply(self, input_ids, lstm_states, lstm_dropout):
             token_layer, lstm_layers, final_state = elmo_forward(self, input_ids, mask, lstm_states, token_cache)
         else:
             encode_words = self.character_encoder if token_cache is None else token_cache
@@ -866,7 +866,9 @@ class ElmoModel(ElmoPreTrainedModel):
             distinct_words, word_index = torch.unique(input_ids[mask], dim=0, return_inverse=True)
             words = encode_words(distinct_words)[word_index]  # (real words, projection_dim)
             token_layer = words.new_zeros(*mask.shape, words.shape[-1]).masked_scatter(mask.unsqueeze(-1), words)
-            lstm_layers, final_state = self.encoder(token_layer, mask, lstm_states, dropout=lstm_dropout)
+            lstm_layers, final_state = self.encoder(
+                token_layer, mask, lstm_states, dropout=lstm_dropout, implementation=implementation
+            )
 
         hidden_states = (torch.cat([token_layer, token_layer], dim=-1), *lstm_layers)  # each (batch, words, 2*proj)
         return ElmoModelOutput(

@@ -77,7 +77,7 @@ class ElmoOnnxGraph(nn.Module):
         chars = encoder.embed(input_ids.flatten(0, 1))  # (batch * words, chars, char_dim)
         token_layer = encoder.highway_and_project(encoder.convolve(chars)).view(batch, words, -1)
         token_layer = token_layer.masked_fill(~mask.unsqueeze(-1), 0.0)  # (batch, words, projection_dim)
-        lstm_layers, _ = self.encoder(token_layer, mask)  # each (batch, words, 2 * projection_dim)
+        lstm_layers, _ = self.encoder(token_layer, mask, implementation="reference")  # each (batch, words, 2 * proj)
         return torch.stack([torch.cat([token_layer, token_layer], dim=-1), *lstm_layers])
 
 
