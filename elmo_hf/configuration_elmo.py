@@ -61,7 +61,16 @@ class ElmoConfig(PreTrainedConfig):
             mix's un-normalised weights, which pulls the mix toward equal weights.
         task_encoder_hidden_size (int, defaults to 128): hidden size of each direction of the task biLSTM.
         task_encoder_layers (int, defaults to 1): layers of the task biLSTM; 0 uses no task encoder.
+        use_input_elmo (bool, defaults to True): concatenate the ELMo mix to the task input `x_k`; False gives the
+            paper's baseline, the task model without ELMo (with `use_output_elmo=False`).
         use_output_elmo (bool, defaults to False): concatenate a second ELMo mix to the task encoder's output.
+        use_bilm_token_layer (bool, defaults to True): the task input `x_k` includes the biLM's context-independent
+            token layer (its character CNN's vector).
+        task_word_vocab (list of str or None, defaults to None): the words of a trainable task word embedding in
+            `x_k` (the paper's pretrained word vectors), e.g. from `elmo_hf.task_words.build_task_word_vocab`; row 0
+            is the unknown word. Saved with the head, so a reloaded head looks words up the same way.
+        task_word_embedding_dim (int, defaults to 100): the task word embedding's width.
+        task_word_lowercase (bool, defaults to True): look task words up lowercased.
         freeze_bilm (bool, defaults to True): keep the biLM's weights fixed while training a head.
         use_crf (bool, defaults to False): token classification with a linear-chain CRF and Viterbi decoding.
         classifier_dropout (float, defaults to 0.5): dropout before the task encoder and the classifier.
@@ -95,7 +104,12 @@ class ElmoConfig(PreTrainedConfig):
         scalar_mix_l2_coef=0.0,
         task_encoder_hidden_size=128,
         task_encoder_layers=1,
+        use_input_elmo=True,
         use_output_elmo=False,
+        use_bilm_token_layer=True,
+        task_word_vocab=None,
+        task_word_embedding_dim=100,
+        task_word_lowercase=True,
         freeze_bilm=True,
         use_crf=False,
         classifier_dropout=0.5,
@@ -125,7 +139,12 @@ class ElmoConfig(PreTrainedConfig):
         self.scalar_mix_l2_coef = scalar_mix_l2_coef
         self.task_encoder_hidden_size = task_encoder_hidden_size
         self.task_encoder_layers = task_encoder_layers
+        self.use_input_elmo = use_input_elmo
         self.use_output_elmo = use_output_elmo
+        self.use_bilm_token_layer = use_bilm_token_layer
+        self.task_word_vocab = None if task_word_vocab is None else list(task_word_vocab)
+        self.task_word_embedding_dim = task_word_embedding_dim
+        self.task_word_lowercase = task_word_lowercase
         self.freeze_bilm = freeze_bilm
         self.use_crf = use_crf
         self.classifier_dropout = classifier_dropout
@@ -197,7 +216,10 @@ class ElmoConfig(PreTrainedConfig):
             "use_skip_connections",
             "scalar_mix_trainable",
             "scalar_mix_do_layer_norm",
+            "use_input_elmo",
             "use_output_elmo",
+            "use_bilm_token_layer",
+            "task_word_lowercase",
             "freeze_bilm",
             "use_crf",
         ):
@@ -208,6 +230,14 @@ class ElmoConfig(PreTrainedConfig):
         self.task_encoder_hidden_size = _positive_int("task_encoder_hidden_size", self.task_encoder_hidden_size)
         self.task_encoder_layers = _non_negative_int("task_encoder_layers", self.task_encoder_layers)
         self.classifier_dropout = _probability("classifier_dropout", self.classifier_dropout)
+        self.task_word_embedding_dim = _positive_int("task_word_embedding_dim", self.task_word_embedding_dim)
+        if self.task_word_vocab is not None and not all(isinstance(word, str) and word for word in self.task_word_vocab):
+            raise ElmoConfigFieldError("task_word_vocab", "task_word_vocab must be a list of non-empty words")
+        if not (self.use_input_elmo or self.use_bilm_token_layer or self.task_word_vocab):
+            raise ElmoConfigFieldError(
+                "use_input_elmo",
+                "the task input x_k is empty: set use_input_elmo, use_bilm_token_layer or task_word_vocab",
+            )
 
 
 def _positive_int(name, value):

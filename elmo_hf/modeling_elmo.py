@@ -27,6 +27,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 from .configuration_elmo import ElmoConfig
 from .cpu_kernels import cpu_kernels_apply, elmo_forward, gather_words, reverse_words_index
 from .lstm_training_kernel import bilstm_training_forward
+from .task_words import ElmoTaskWordEmbedding
 
 
 class ElmoHighway(nn.Module):
@@ -336,10 +337,11 @@ class ElmoScalarMix(nn.Module):
 
 class ElmoTaskEncoder(nn.Module):
     r"""
-    The paper's recipe (section 3.3) for using ELMo in a task model: each word becomes `[x_k; ELMo_k]` (the biLM's
-    context-independent representation and a learned mix of all its layers), optionally runs through a task biLSTM,
-    and optionally gets a second mix at the output, `[h_k; ELMo'_k]`. The biLM runs without gradients when
-    `config.freeze_bilm`.
+    The paper's recipe (section 3.3) for using ELMo in a task model: each word becomes `[x_k; ELMo_k]`, where the
+    context-independent `x_k` is the biLM's token layer and/or a trainable task word embedding
+    (`config.task_word_vocab`) and `ELMo_k` is a learned mix of all the biLM's layers (`use_input_elmo`); then an
+    optional task biLSTM, and optionally a second mix at the output, `[h_k; ELMo'_k]`. Without either mix it is the
+    paper's baseline, the task model without ELMo. The biLM runs without gradients when `config.freeze_bilm`.
     """
 
     def __init__(self, config):
@@ -352,12 +354,22 @@ class ElmoTaskEncoder(nn.Module):
             dropout=config.scalar_mix_dropout,
             l2_coef=config.scalar_mix_l2_coef,
         )
-        self.input_mix = ElmoScalarMix(num_layers, **mix_options)
+        self.input_mix = ElmoScalarMix(num_layers, **mix_options) if config.use_input_elmo else None
         self.output_mix = ElmoScalarMix(num_layers, **mix_options) if config.use_output_elmo else None
+        self.task_words = (
+            ElmoTaskWordEmbedding(config.task_word_vocab, config.task_word_embedding_dim, config.task_word_lowercase)
+            if config.task_word_vocab
+            else None
+        )
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.projection_dim = config.projection_dim
         self.freeze_bilm = config.freeze_bilm
-        input_size = config.projection_dim + config.hidden_size
+        self.use_bilm_token_layer = config.use_bilm_token_layer
+        input_size = (
+            (config.projection_dim if config.use_bilm_token_layer else 0)
+            + (config.hidden_size if config.use_input_elmo else 0)
+            + (config.task_word_embedding_dim if self.task_words is not None else 0)
+        )
         if config.task_encoder_layers > 0:
             self.lstm = nn.LSTM(
                 input_size,
@@ -375,8 +387,7 @@ class ElmoTaskEncoder(nn.Module):
 
     def l2_penalty(self):
         """The scalar mixes' L2 terms, summed (a scalar tensor)."""
-        penalty = self.input_mix.l2_penalty()
-        return penalty if self.output_mix is None else penalty + self.output_mix.l2_penalty()
+        return sum((mix.l2_penalty() for mix in (self.input_mix, self.output_mix) if mix is not None), torch.zeros(()))
 
     def forward(self, elmo, input_ids, attention_mask=None, elmo_hidden_states=None):
         r"""
@@ -385,7 +396,7 @@ class ElmoTaskEncoder(nn.Module):
             input_ids, attention_mask: as for [`ElmoModel`].
             elmo_hidden_states (`(batch, num_lstm_layers + 1, words, 2 * projection_dim)`, optional): the frozen
                 biLM's `hidden_states` for these words, computed beforehand (stacked on dim 1); the biLM is then
-                not run. Needs `attention_mask`.
+                not run. Needs `attention_mask`, and `input_ids` too with task word embeddings.
 
         Returns:
             the features `(batch, words, output_size)`, 0 at padded positions, and the `(batch, words)` bool mask of
@@ -400,9 +411,17 @@ class ElmoTaskEncoder(nn.Module):
                 # return_dict=True whatever the (shared) config says: this call needs the output's fields.
                 output = elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
             hidden_states = output.hidden_states
-        token = hidden_states[0][..., : self.projection_dim]  # x_k, (batch, words, projection_dim)
-        features = torch.cat([token, self.input_mix(hidden_states, mask)], dim=-1)  # (batch, words, input_size)
-        features = self.dropout(features)
+        parts = []  # x_k, then ELMo_k: each (batch, words, width)
+        if self.task_words is not None:
+            if input_ids is None:
+                raise ValueError("input_ids is required with task word embeddings (config.task_word_vocab), also "
+                                 "beside elmo_hidden_states: the words are looked up from their character ids")  # fmt: skip
+            parts.append(self.task_words(input_ids, mask))
+        if self.use_bilm_token_layer:
+            parts.append(hidden_states[0][..., : self.projection_dim])  # the biLM's token layer
+        if self.input_mix is not None:
+            parts.append(self.input_mix(hidden_states, mask))
+        features = self.dropout(torch.cat(parts, dim=-1))  # (batch, words, input_size)
         if self.lstm is not None:
             words = features.shape[1]
             packed = nn.utils.rnn.pack_padded_sequence(
@@ -686,6 +705,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ElmoScalarMix):
             init.copy_(module.weights, torch.tensor(module.initial_weights))
             init.ones_(module.gamma)
+        elif isinstance(module, ElmoTaskWordEmbedding):
+            init.normal_(module.embedding.weight, 0.0, 1.0 / math.sqrt(module.embedding.embedding_dim))
         elif isinstance(module, ElmoCrf):
             init.zeros_(module.start_transitions)
             init.zeros_(module.end_transitions)

@@ -1,0 +1,156 @@
+"""Task word embeddings: the paper's context-independent task input `x_k` (pretrained word vectors) for the heads.
+
+In Peters et al. (2018) a task model reads `[x_k; ELMo_k]`, where `x_k` is its own word representation (GloVe
+vectors, often with a character CNN). `ElmoTaskWordEmbedding` is that word part: a trainable table over a
+vocabulary built from the task's training data (`build_task_word_vocab`), stored in the head's configuration
+(`task_word_vocab`) so that `from_pretrained`, the pipelines and `trust_remote_code` rebuild the same lookup. Its
+rows can start from a word-vectors text file (`read_word_vectors`: GloVe or word2vec text) or from the biLM's own
+softmax embeddings (`softmax_word_vectors`).
+
+The head finds each word from its character ids (`char_ids_to_word`), so it needs no input besides the tokenizer's.
+"""
+
+import math
+from collections import Counter
+
+import torch
+from torch import nn
+
+from .char_ids import char_ids_to_word
+from .user_errors import UserInputError
+
+UNKNOWN_ROW = 0  # the row of every word outside the vocabulary
+
+
+def build_task_word_vocab(sentences, min_count=2, lowercase=True, max_size=None):
+    r"""
+    The task vocabulary of a training set: words seen at least `min_count` times, most frequent first (ties in
+    alphabetical order), at most `max_size`.
+
+    Args:
+        sentences (iterable of lists of str): the training sentences' words.
+        min_count (int): fewest occurrences to keep a word.
+        lowercase (bool): count and look up lowercased words (`config.task_word_lowercase`).
+        max_size (int, optional): most words to keep.
+
+    Returns:
+        list of str: `config.task_word_vocab` (row 0 of the embedding is the unknown word, row i + 1 is word i).
+    """
+    counts = Counter(word.lower() if lowercase else word for words in sentences for word in words)
+    kept = sorted((word for word, count in counts.items() if count >= min_count), key=lambda w: (-counts[w], w))
+    return kept if max_size is None else kept[:max_size]
+
+
+class ElmoTaskWordEmbedding(nn.Module):
+    r"""
+    A trainable embedding of the task vocabulary, looked up from character ids.
+
+    Args:
+        vocab (list of str): the words, row `i + 1` each; row 0 is the unknown word.
+        dim (int): the embedding's width.
+        lowercase (bool): lowercase each word before the lookup.
+    """
+
+    def __init__(self, vocab, dim, lowercase=True):
+        super().__init__()
+        self.lowercase = lowercase
+        self.word_rows = {word: row for row, word in enumerate(vocab, start=UNKNOWN_ROW + 1)}
+        self.embedding = nn.Embedding(len(vocab) + 1, dim)
+
+    def word_ids(self, input_ids, mask):
+        """`(batch, words, chars)` character ids and their `(batch, words)` mask -> `(batch, words)` rows (0 for
+        unknown words and padding); each distinct word is decoded once."""
+        distinct, inverse = torch.unique(input_ids[mask], dim=0, return_inverse=True)  # (distinct, chars)
+        rows = []
+        for char_ids in distinct.tolist():
+            word = char_ids_to_word(char_ids)
+            rows.append(self.word_rows.get(word.lower() if self.lowercase else word, UNKNOWN_ROW))
+        ids = torch.tensor(rows, dtype=torch.long, device=input_ids.device)[inverse]  # (real words,)
+        return torch.zeros(mask.shape, dtype=torch.long, device=input_ids.device).masked_scatter(mask, ids)
+
+    def forward(self, input_ids, mask):
+        """`(batch, words, chars)` character ids, `(batch, words)` bool mask -> `(batch, words, dim)`."""
+        return self.embedding(self.word_ids(input_ids, mask))
+
+    @torch.no_grad()
+    def load_vectors(self, vectors):
+        """Copies `vectors` (a dict word -> 1-D tensor of the embedding's width) into the rows of the words it has;
+        returns how many rows it set."""
+        found = 0
+        for word, row in self.word_rows.items():
+            if word in vectors:
+                self.embedding.weight[row] = vectors[word]
+                found += 1
+        return found
+
+
+def read_word_vectors(path, words=None, lowercase=True):
+    r"""
+    Word vectors from a text file, GloVe (`word v1 ... vd` per line) or word2vec text (the same after a `count dim`
+    header line).
+
+    Args:
+        path (str): the file (UTF-8).
+        words (set of str, optional): keep only these words (the task vocabulary); all when None.
+        lowercase (bool): key the vectors by lowercased word (the first one seen wins).
+
+    Returns:
+        dict word -> `(dim,)` float tensor.
+
+    Raises:
+        UserInputError: one line naming the file and the line, for a line that is not a word and `dim` numbers.
+    """
+    vectors, dim = {}, None
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            fields = line.rstrip("\n").rstrip().split(" ")
+            if number == 1 and len(fields) == 2 and all(field.isdigit() for field in fields):
+                dim = int(fields[1])  # word2vec's header
+                continue
+            if not line.strip():
+                continue
+            word, values = fields[0], fields[1:]
+            dim = len(values) if dim is None else dim
+            try:
+                numbers = [float(value) for value in values]
+            except ValueError:
+                numbers = None
+            if not word or len(values) != dim or numbers is None or not all(map(math.isfinite, numbers)):
+                raise UserInputError(
+                    f"{path}: line {number}: expected a word and {dim} numbers separated by spaces, got "
+                    f"{line.strip()[:60]!r}"
+                )
+            key = word.lower() if lowercase else word
+            if (words is None or key in words) and key not in vectors:
+                vectors[key] = torch.tensor(numbers)
+    return vectors
+
+
+def softmax_word_vectors(bilm_path, words, lowercase=True):
+    r"""
+    The biLM's softmax embeddings (`lm_head.weight`, `projection_dim` wide) of `words`, when the checkpoint at
+    `bilm_path` has a softmax and its `vocab.txt`; an empty dict otherwise. A lowercased task word takes the row of
+    the word itself, else of its capitalised or upper-case form.
+    """
+    from safetensors import safe_open
+    from transformers.utils import cached_file
+
+    from .word_vocabulary import ElmoWordVocabulary, find_vocab_file
+
+    vocab_file = find_vocab_file(bilm_path)
+    weights_file = cached_file(bilm_path, "model.safetensors", _raise_exceptions_for_missing_entries=False)
+    if vocab_file is None or weights_file is None:
+        return {}
+    with safe_open(weights_file, "pt") as weights:
+        if "lm_head.weight" not in weights.keys():
+            return {}
+        softmax = weights.get_tensor("lm_head.weight")  # (vocab_size, projection_dim)
+    vocabulary = ElmoWordVocabulary.from_pretrained(bilm_path)
+    rows = {word: row for row, word in enumerate(vocabulary.words)}
+    vectors = {}
+    for word in words:
+        forms = (word, word.capitalize(), word.upper()) if lowercase else (word,)
+        row = next((rows[form] for form in forms if form in rows), None)
+        if row is not None:
+            vectors[word] = softmax[row].float()
+    return vectors
