@@ -12,6 +12,7 @@ The head finds each word from its character ids (`char_ids_to_word`), so it need
 
 import math
 from collections import Counter
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -154,3 +155,64 @@ def softmax_word_vectors(bilm_path, words, lowercase=True):
         if row is not None:
             vectors[word] = softmax[row].float()
     return vectors
+
+
+def initialise_task_words(model, vectors_file=None, bilm_path=None):
+    r"""
+    Starts the task word embedding of `model` (a head with `config.task_word_vocab`) from pretrained vectors: the
+    words of `vectors_file` (GloVe or word2vec text), else those of the biLM's softmax at `bilm_path`; the other
+    rows keep their random start.
+
+    Returns:
+        str: what was loaded, e.g. "task words: 8,012 of 9,731 from glove.txt".
+    """
+    task_words = model.task_encoder.task_words
+    if task_words is None:
+        raise UserInputError("task word vectors: the model has no task word embedding (set a task vocabulary first)")
+    dim, words = task_words.embedding.embedding_dim, set(task_words.word_rows)
+    if vectors_file is not None:
+        vectors, source = read_word_vectors(vectors_file, words, task_words.lowercase), vectors_file
+    elif bilm_path is not None:
+        vectors, source = softmax_word_vectors(bilm_path, words, task_words.lowercase), f"{bilm_path}'s softmax"
+    else:
+        return f"task words: {len(words):,}, randomly initialised"
+    width = len(next(iter(vectors.values()))) if vectors else dim
+    if width != dim:
+        raise UserInputError(f"{source}: vectors of width {width}, but the task word embedding has "
+                             f"task_word_embedding_dim={dim}; set it to {width}")  # fmt: skip
+    return f"task words: {task_words.load_vectors(vectors):,} of {len(words):,} from {source}"
+
+
+@dataclass
+class TaskWordArguments:
+    """The task input options of the example scripts (`HfArgumentParser`); unset ones keep the loaded config's."""
+
+    use_input_elmo: bool | None = field(default=None, metadata={"help": "Mix the biLM's layers into the task input "
+                                                                        "(false: the task model without ELMo)."})
+    use_bilm_token_layer: bool | None = field(default=None, metadata={"help": "Put the biLM's token layer in x_k."})
+    task_word_min_count: int | None = field(default=None, metadata={
+        "help": "Add a trainable task word embedding to x_k over the training words seen at least this often."})
+    task_word_embedding_dim: int | None = field(default=None, metadata={"help": "Width of the task word embedding."})
+    task_word_vectors: str | None = field(default=None, metadata={
+        "help": "Start the task word embedding from this GloVe or word2vec text file."})
+    task_words_from_bilm: bool = field(default=False, metadata={
+        "help": "Start the task word embedding from the biLM's softmax embeddings (its width is projection_dim)."})
+
+    def head_options(self, config, train_sentences):
+        """Config fields for `from_pretrained`: the task input flags, and a vocabulary built from `train_sentences`
+        (lists of words) unless `config` (a trained head) has one."""
+        options = {name: getattr(self, name) for name in ("use_input_elmo", "use_bilm_token_layer",
+                                                           "task_word_embedding_dim") if getattr(self, name) is not None}
+        if self.task_words_from_bilm and self.task_word_embedding_dim is None:
+            options["task_word_embedding_dim"] = config.projection_dim
+        if self.task_word_min_count is not None and not config.task_word_vocab:
+            options["task_word_vocab"] = build_task_word_vocab(train_sentences, self.task_word_min_count,
+                                                               config.task_word_lowercase)
+        return options
+
+    def initialise(self, model, bilm_path):
+        """Loads the pretrained task word vectors asked for into a new head; returns what it did, or None."""
+        if model.task_encoder.task_words is None or self.task_word_min_count is None:
+            return None
+        return initialise_task_words(model, self.task_word_vectors,
+                                     bilm_path if self.task_words_from_bilm else None)  # fmt: skip

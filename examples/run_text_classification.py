@@ -29,6 +29,7 @@ from transformers import (
 
 import elmo_hf
 from elmo_hf.metrics import metric_path
+from elmo_hf.task_words import TaskWordArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
 
@@ -89,8 +90,8 @@ def label_names(splits, label_column):
 
 
 def main(argv=None):
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser((ModelArguments, TaskWordArguments, DataArguments, TrainingArguments))
+    model_args, task_word_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     splits = load_splits(data_args)
     names = label_names(splits, data_args.label_column_name)
     existing = elmo_hf.ElmoConfig.from_pretrained(model_args.model_name_or_path)
@@ -100,6 +101,9 @@ def main(argv=None):
     # Head hyperparameters given on the command line; the others keep the config's values (ElmoConfig's defaults
     # for a biLM, the trained values for a trained head).
     head_options = {name: value for name, value in vars(model_args).items() if name in HEAD_FIELDS and value is not None}
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    if "train" in splits:
+        head_options.update(task_word_args.head_options(existing, [tokenizer.tokenize(text) for text in splits["train"][data_args.text_column_name]]))
     model = AutoModelForSequenceClassification.from_pretrained(
         model_args.model_name_or_path,
         num_labels=len(names),
@@ -108,7 +112,9 @@ def main(argv=None):
         **head_options,
         problem_type="single_label_classification",
     )
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    loaded = task_word_args.initialise(model, model_args.model_name_or_path)
+    if loaded is not None and training_args.should_log:
+        print(loaded, file=sys.stderr)
     is_class_label = isinstance(next(iter(splits.values())).features[data_args.label_column_name], datasets.ClassLabel)
 
     def encode(examples, indices, split_name):

@@ -32,6 +32,7 @@ from transformers import (
 
 import elmo_hf  # registers the ELMo classes with the Auto classes; DEFAULT_MODEL
 from elmo_hf.metrics import metric_path
+from elmo_hf.task_words import TaskWordArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
 
@@ -146,8 +147,8 @@ def tokenize_and_align(examples, tokenizer, label2id, text_column, label_column,
 
 
 def main(argv=None):
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser((ModelArguments, TaskWordArguments, DataArguments, TrainingArguments))
+    model_args, task_word_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     splits = load_splits(data_args)
     names, are_ids = tag_names(splits, data_args.label_column_name)
 
@@ -158,6 +159,9 @@ def main(argv=None):
     # Head hyperparameters given on the command line; the others keep the config's values (ElmoConfig's defaults
     # for a biLM, the trained values for a trained head).
     head_options = {name: value for name, value in vars(model_args).items() if name in HEAD_FIELDS and value is not None}
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    if "train" in splits:
+        head_options.update(task_word_args.head_options(existing, list(splits["train"][data_args.text_column_name])))
     model = AutoModelForTokenClassification.from_pretrained(
         model_args.model_name_or_path,
         num_labels=len(names),
@@ -165,7 +169,9 @@ def main(argv=None):
         label2id=label2id,
         **head_options,
     )
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    loaded = task_word_args.initialise(model, model_args.model_name_or_path)
+    if loaded is not None and training_args.should_log:
+        print(loaded, file=sys.stderr)
 
     encoded = {}
     for split_name, split in splits.items():
