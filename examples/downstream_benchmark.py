@@ -59,6 +59,7 @@ SNIPPETS_ARCHIVE = "additional_resources/hutto_ICWSM_2014.tar.gz"
 SNIPPETS_MEMBER = "movieReviewSnippets_GroundTruth.txt"
 ROWS = ("baseline", "top", "all", "input_output")
 TASKS = ("pos", "sentiment")
+BASELINE_NAMES = {"pos": "feature-based logistic-regression tagger", "sentiment": "bag-of-words logistic regression"}
 OFF = -1e4  # a mix weight whose softmax share is exactly 0 in float32
 
 
@@ -229,6 +230,49 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels):
     return {split: accuracy(model, datasets[split], 4 * args.batch_size) for split in ("dev", "test")}
 
 
+# ---- simple strong baselines (scikit-learn) ----
+
+
+def bag_of_words_accuracy(splits):
+    """Test accuracy of a logistic regression on lowercased word unigrams and bigrams (scikit-learn defaults, C=1)."""
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    vectorizer = CountVectorizer(ngram_range=(1, 2), lowercase=True)
+    features = vectorizer.fit_transform([text for text, _ in splits["train"]])
+    classifier = LogisticRegression(max_iter=1000).fit(features, [label for _, label in splits["train"]])
+    return {split: float(classifier.score(vectorizer.transform([text for text, _ in splits[split]]),
+                                          [label for _, label in splits[split]])) for split in ("dev", "test")}  # fmt: skip
+
+
+def word_features(words, position):
+    """A feature-based tagger's features of one word: the word, its affixes and shape, and its neighbours."""
+    word = words[position]
+    shape = "".join("X" if c.isupper() else "x" if c.islower() else "d" if c.isdigit() else c for c in word)[:6]
+    features = {"word=" + word.lower(): 1, "shape=" + shape: 1, "prefix=" + word[:3].lower(): 1,
+                "suffix2=" + word[-2:].lower(): 1, "suffix3=" + word[-3:].lower(): 1}  # fmt: skip
+    for offset in (-2, -1, 1, 2):
+        neighbour = words[position + offset].lower() if 0 <= position + offset < len(words) else "<pad>"
+        features[f"word{offset:+d}=" + neighbour] = 1
+    return features
+
+
+def feature_tagger_accuracy(splits):
+    """Test accuracy of a logistic-regression tagger on `word_features` (scikit-learn, C=1)."""
+    from sklearn.feature_extraction import DictVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    def tokens(split):
+        features = [word_features(words, i) for words, _ in splits[split] for i in range(len(words))]
+        return features, [tag for _, tags in splits[split] for tag in tags]
+
+    vectorizer = DictVectorizer()
+    train_features, train_tags = tokens("train")
+    classifier = LogisticRegression(max_iter=300).fit(vectorizer.fit_transform(train_features), train_tags)
+    return {split: float(classifier.score(vectorizer.transform(tokens(split)[0]), tokens(split)[1]))
+            for split in ("dev", "test")}  # fmt: skip
+
+
 # ---- layer probes ----
 
 
@@ -284,17 +328,20 @@ def prepare_task(args, task, model, tokenizer):
     if args.max_examples is not None:  # a slice, for quick runs and tests
         words = {split: values[: args.max_examples] for split, values in words.items()}
         labels = {split: values[: args.max_examples] for split, values in labels.items()}
+        splits = {split: examples[: args.max_examples] for split, examples in splits.items()}
+    baseline = feature_tagger_accuracy(splits) if task == "pos" else bag_of_words_accuracy(splits)
     layers = {split: bilm_layers(model, tokenizer, words[split], 64, f"{task} {split}: biLM layers") for split in words}
     datasets = {split: LayersDataset(layers[split], labels[split]) for split in words}
-    return datasets, layers, labels, names, {split: len(values) for split, values in words.items()}
+    return datasets, layers, labels, names, {split: len(values) for split, values in words.items()}, baseline
 
 
 def markdown_table(results):
-    lines = ["| task (metric) | " + " | ".join(ROWS) + " |", "|---" * (len(ROWS) + 1) + "|"]
+    lines = ["| task (metric) | scikit-learn baseline | " + " | ".join(ROWS) + " |", "|---" * (len(ROWS) + 2) + "|"]
     for task, figures in results["tasks"].items():
         cells = [f"{100 * figures['rows'][row]['test']['mean']:.2f} ± {100 * figures['rows'][row]['test']['std']:.2f}"
                  for row in ROWS]  # fmt: skip
-        lines.append(f"| {task} (test accuracy, %) | " + " | ".join(cells) + " |")
+        baseline = f"{100 * figures['scikit_learn_baseline']['test']:.2f} ({BASELINE_NAMES[task]})"
+        lines.append(f"| {task} (test accuracy, %) | {baseline} | " + " | ".join(cells) + " |")
     if "probes" in results["tasks"].get("pos", {}):
         probes = results["tasks"]["pos"]["probes"]
         lines += ["", "| pos linear probe | " + " | ".join(f"layer {k}" for k in range(len(probes))) + " |",
@@ -330,8 +377,8 @@ def main(argv=None):
         key: value for key, value in vars(args).items() if key not in ("model", "output_dir", "data_dir")}, "tasks": {}}
     for task in args.tasks:
         task_start = time.time()
-        datasets, layers, labels, names, sizes = prepare_task(args, task, model, tokenizer)
-        figures = {"sizes": sizes, "labels": names, "rows": {}}
+        datasets, layers, labels, names, sizes, baseline = prepare_task(args, task, model, tokenizer)
+        figures = {"sizes": sizes, "labels": names, "rows": {}, "scikit_learn_baseline": baseline}
         runs = [(row, seed) for row in ROWS for seed in args.seeds]
         scores = {row: [] for row in ROWS}
         for row, seed in tqdm(runs, desc=f"{task}: heads", unit="run", file=sys.stderr):

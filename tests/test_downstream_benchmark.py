@@ -122,5 +122,8 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
             assert len(figures["test"]["seeds"]) == 2 and all(0.0 <= value <= 1.0 for value in figures["test"]["seeds"])
     assert results["tasks"]["pos"]["labels"] == ["DET", "NOUN", "PUNCT", "VERB"]
     assert len(results["tasks"]["pos"]["probes"]) == 3
+    for task in ("pos", "sentiment"):  # the scikit-learn baseline printed beside the rows
+        assert 0.0 <= results["tasks"][task]["scikit_learn_baseline"]["test"] <= 1.0
     table = capsys.readouterr().out
     assert "| pos (test accuracy, %) |" in table and "| sentiment (test accuracy, %) |" in table
+    assert "(bag-of-words logistic regression) |" in table and "(feature-based logistic-regression tagger) |" in table
