@@ -138,68 +138,74 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         activations = gate_inputs
         cells = initial_cell.new_empty(2, valid, lstm_dim)
         unclipped_cells = cells if cell_clip is None else _POOL.take((2, valid, lstm_dim), cells)
+        cell_tanhs = _POOL.take(cells.shape, cells)  # tanh(clipped cell), for the backward
         outputs = initial_hidden.new_empty(2, valid, initial_hidden.shape[-1])
         projected = outputs if proj_clip is None else _POOL.take(outputs.shape, outputs)
         cell, hidden, start = initial_cell, initial_hidden, 0
         memory_buffer = cells.new_empty(2, initial_cell.shape[1], lstm_dim)  # reused by every step
+        # tanh(x) = 2 sigmoid(2 x) - 1 throughout: PyTorch's CPU tanh ran 5.5x slower than its sigmoid (AMD EPYC,
+        # AVX-512, torch 2.13). With the candidate's pre-activation doubled (its share of the gate inputs here, of U
+        # in a copy), one sigmoid covers the four gates.
+        candidate = slice(2 * lstm_dim, 3 * lstm_dim)
+        activations[..., candidate] *= 2
+        doubled_recurrent_weight = recurrent_weight.clone()
+        doubled_recurrent_weight[..., candidate] *= 2
         for active in steps.batch_sizes:
             rows = slice(start, start + active)
-            gates = activations[:, rows].baddbmm_(hidden[:, :active], recurrent_weight)  # (2, active, 4 * lstm_dim)
-            gates[..., : 2 * lstm_dim].sigmoid_()  # input and forget gates
-            tanh_(gates[..., 2 * lstm_dim : 3 * lstm_dim])  # cell candidate
-            gates[..., 3 * lstm_dim :].sigmoid_()  # output gate
+            gates = activations[:, rows].baddbmm_(hidden[:, :active], doubled_recurrent_weight)  # (2, active, 4 lstm)
+            gates.sigmoid_()  # input, forget and output gates
+            gates[..., candidate].mul_(2).sub_(1)  # cell candidate: tanh
             input_act, forget_act, candidate_act, output_act = gates.chunk(4, dim=-1)
             new_cell = torch.mul(forget_act, cell[:, :active], out=unclipped_cells[:, rows])
             new_cell.addcmul_(input_act, candidate_act)  # (2, active, lstm_dim)
             if cell_clip is not None:
                 new_cell = torch.clamp(new_cell, -cell_clip, cell_clip, out=cells[:, rows])
-            memory = tanh_(torch.mul(new_cell, 1.0, out=memory_buffer[:, :active])).mul_(output_act)
+            cell_tanh = torch.mul(new_cell, 2.0, out=cell_tanhs[:, rows]).sigmoid_().mul_(2).sub_(1)  # tanh, as above
+            memory = torch.mul(output_act, cell_tanh, out=memory_buffer[:, :active])  # (2, active, lstm_dim)
             new_hidden = torch.bmm(memory, projection_weight, out=projected[:, rows])  # (2, active, projection_dim)
             if proj_clip is not None:
                 new_hidden = torch.clamp(new_hidden, -proj_clip, proj_clip, out=outputs[:, rows])
             # The next step's rows are a prefix of these: it reads its state from here.
             cell, hidden, start = new_cell, new_hidden, start + active
         ctx.steps, ctx.clips = steps, (cell_clip, proj_clip)
-        ctx.lease = _Lease(None if cell_clip is None else unclipped_cells, None if proj_clip is None else projected)
+        ctx.lease = _Lease(cell_tanhs, None if cell_clip is None else unclipped_cells,
+                           None if proj_clip is None else projected)  # fmt: skip
         ctx.set_materialize_grads(False)
         ctx.mark_dirty(gate_inputs)
         ctx.mark_non_differentiable(activations)
-        ctx.save_for_backward(recurrent_weight, projection_weight, activations, unclipped_cells, cells, projected,
-                              outputs, initial_cell, initial_hidden)  # fmt: skip
+        ctx.save_for_backward(recurrent_weight, projection_weight, activations, unclipped_cells, cells, cell_tanhs,
+                              projected, outputs, initial_cell, initial_hidden)  # fmt: skip
         return outputs, cells, activations
 
     @staticmethod
     def backward(ctx, outputs_grad, cells_grad, _):
-        (recurrent_weight, projection_weight, activations, unclipped_cells, cells, projected, outputs, initial_cell,
-         initial_hidden) = ctx.saved_tensors  # fmt: skip
+        (recurrent_weight, projection_weight, activations, unclipped_cells, cells, cell_tanh, projected, outputs,
+         initial_cell, initial_hidden) = ctx.saved_tensors  # fmt: skip
         steps, (cell_clip, proj_clip) = ctx.steps, ctx.clips
         _, valid, four_lstm_dim = activations.shape
         lstm_dim = four_lstm_dim // 4
         input_act, forget_act, candidate_act, output_act = activations.chunk(4, dim=-1)  # each (2, valid, lstm_dim)
         cell_shape = cells.shape  # (2, valid, lstm_dim)
-        cell_tanh = tanh_(torch.mul(cells, 1.0, out=_POOL.take(cell_shape, cells)))
         previous_cells = torch.index_select(torch.cat([cells, initial_cell], dim=1), 1, steps.previous_index,
                                             out=_POOL.take(cell_shape, cells))  # fmt: skip
 
-        # Every factor that does not depend on the gradient carried back from later steps, for all steps at once.
+        # Every factor that does not depend on the gradient carried back from later steps, for all steps at once, in
+        # as few passes over memory as the products allow (each pass over these tensors costs more than a step).
         # The clips pass the gradient inside and on their bounds (torch.clamp's rule).
         hidden_mask = None if proj_clip is None else _inside_clip(projected, proj_clip)
         cell_mask = None if cell_clip is None else _inside_clip(unclipped_cells, cell_clip)
-        memory_to_cell = torch.mul(cell_tanh, cell_tanh, out=_POOL.take(cell_shape, cells))
-        memory_to_cell.neg_().add_(1).mul_(output_act)  # d memory / d cell = o (1 - tanh(c)^2)
-        # d(clipped cell) / d(pre-activation) of i, f, g and d memory / d(pre-activation) of o, side by side:
-        # sigmoid' = s (1 - s), tanh' = 1 - t^2.
+        memories = torch.mul(output_act, cell_tanh, out=_POOL.take(cell_shape, cells))  # the projection's input
+        # d memory / d cell = o (1 - tanh(c)^2) = o - memory tanh(c)
+        memory_to_cell = torch.addcmul(output_act, memories, cell_tanh, value=-1, out=_POOL.take(cell_shape, cells))
+        # d(new cell) / d(pre-activation) of i, f, g and d memory / d(pre-activation) of o, side by side:
+        # sigmoid' = s (1 - s) = s - s^2, tanh' = 1 - t^2.
         gate_factors = _POOL.take(activations.shape, activations)
         input_factor, forget_factor, candidate_factor, output_factor = gate_factors.chunk(4, dim=-1)
-        torch.mul(candidate_act, input_act * (1 - input_act), out=input_factor)
-        torch.mul(previous_cells, forget_act * (1 - forget_act), out=forget_factor)
-        torch.mul(input_act, 1 - candidate_act**2, out=candidate_factor)
-        torch.mul(cell_tanh, output_act * (1 - output_act), out=output_factor)
-        cell_to_previous = forget_act  # d(new cell) / d(previous cell)
-        if cell_mask is not None:
-            for factor in (input_factor, forget_factor, candidate_factor):
-                factor.mul_(cell_mask)
-            cell_to_previous = cell_mask.mul_(forget_act)
+        torch.addcmul(input_act, input_act, input_act, value=-1, out=input_factor).mul_(candidate_act)
+        torch.addcmul(forget_act, forget_act, forget_act, value=-1, out=forget_factor).mul_(previous_cells)
+        torch.mul(candidate_act, candidate_act, out=candidate_factor)
+        torch.addcmul(input_act, input_act, candidate_factor, value=-1, out=candidate_factor)
+        torch.addcmul(output_act, output_act, output_act, value=-1, out=output_factor).mul_(cell_tanh)
 
         # The gradient of each projection (the output before its clip), completed step by step with the recurrence's.
         projected_grads = _POOL.take(outputs.shape, outputs)
@@ -209,8 +215,10 @@ class _PackedLstmRecurrence(torch.autograd.Function):
             projected_grads.copy_(outputs_grad)
         if hidden_mask is not None:
             projected_grads.mul_(hidden_mask)
-        gate_grads = torch.empty_like(activations)  # (2, valid, 4 * lstm_dim)
-        input_grads, forget_grads, candidate_grads, output_grads = gate_grads.chunk(4, dim=-1)
+        # Each step turns its factors into its gate gradients in place: gate_factors becomes the gradient of the gate
+        # pre-activations, (2, valid, 4 * lstm_dim), which autograd receives (so it is not given back to the pool).
+        gate_grads = gate_factors
+        ifg_grads = gate_grads.view(2, valid, 4, lstm_dim)[:, :, :3]  # the input, forget and candidate gates
         # The gradient reaching the state before the current step, from this step's products; rows past a step's
         # batch stay 0 (rows end, longest last, so a row joins the walk back at its own last step).
         hidden_carry = torch.zeros_like(initial_hidden)  # (2, batch, projection_dim)
@@ -229,29 +237,22 @@ class _PackedLstmRecurrence(torch.autograd.Function):
             memory_grad = torch.bmm(hidden_grad, projection_weight_t)  # (2, active, lstm_dim)
             cell_grad = cell_carry[:, :active] if cells_grad is None else cell_carry[:, :active] + cells_grad[:, rows]
             cell_grad = torch.addcmul(cell_grad, memory_grad, memory_to_cell[:, rows])  # of the clipped cell
-            torch.mul(cell_grad, input_factor[:, rows], out=input_grads[:, rows])
-            torch.mul(cell_grad, forget_factor[:, rows], out=forget_grads[:, rows])
-            torch.mul(cell_grad, candidate_factor[:, rows], out=candidate_grads[:, rows])
-            torch.mul(memory_grad, output_factor[:, rows], out=output_grads[:, rows])
+            if cell_mask is not None:
+                cell_grad.mul_(cell_mask[:, rows])  # of the cell before its clip
+            ifg_grads[:, rows].mul_(cell_grad.unsqueeze(2))
+            output_factor[:, rows].mul_(memory_grad)
             torch.bmm(gate_grads[:, rows], recurrent_weight_t, out=hidden_carry[:, :active])
-            torch.mul(cell_grad, cell_to_previous[:, rows], out=cell_carry[:, :active])
+            torch.mul(cell_grad, forget_act[:, rows], out=cell_carry[:, :active])
 
         # The weight gradients, each one product over every packed position.
         previous_hiddens = torch.index_select(torch.cat([outputs, initial_hidden], dim=1), 1, steps.previous_index,
                                               out=_POOL.take(outputs.shape, outputs))  # fmt: skip
         recurrent_weight_grad = torch.bmm(previous_hiddens.transpose(1, 2), gate_grads)
-        memories = torch.mul(output_act, cell_tanh, out=cell_tanh)  # the projection's input
         projection_weight_grad = torch.bmm(memories.transpose(1, 2), projected_grads)
-        _POOL.give_back(cell_tanh, previous_cells, memory_to_cell, gate_factors, projected_grads, previous_hiddens,
+        _POOL.give_back(previous_cells, memories, memory_to_cell, projected_grads, previous_hiddens,
                         hidden_mask, cell_mask)  # fmt: skip
         return (gate_grads, recurrent_weight_grad, projection_weight_grad, cell_carry, hidden_carry, None, None,
                 None)  # fmt: skip
-
-
-def tanh_(values):
-    """`values.tanh_()` computed as `2 sigmoid(2 x) - 1`, the same function: PyTorch's CPU tanh ran 5.5x slower than
-    its sigmoid here (AMD EPYC, AVX-512, torch 2.13), which made it the recurrence's costliest elementwise step."""
-    return values.mul_(2).sigmoid_().mul_(2).sub_(1)
 
 
 def _inside_clip(values, clip):
