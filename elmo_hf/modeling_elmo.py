@@ -24,10 +24,10 @@ from transformers import initialization as init
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple
 
+from .char_ids import char_ids_to_word
 from .configuration_elmo import ElmoConfig
 from .cpu_kernels import cpu_kernels_apply, elmo_forward, gather_words, reverse_words_index
 from .lstm_training_kernel import bilstm_training_forward
-from .task_words import ElmoTaskWordEmbedding
 
 
 class ElmoHighway(nn.Module):
@@ -333,6 +333,49 @@ class ElmoScalarMix(nn.Module):
             stacked = (stacked - mean) / torch.sqrt(variance + 1e-12)
         mixed = (self.normalized_weights[:, None, None, None] * stacked).sum(dim=0)  # (batch, words, dim)
         return self.dropout(self.gamma * mixed)
+
+
+class ElmoTaskWordEmbedding(nn.Module):
+    r"""
+    A trainable embedding of the task vocabulary, looked up from character ids.
+
+    Args:
+        vocab (list of str): the words, row `i + 1` each; row 0 is the unknown word.
+        dim (int): the embedding's width.
+        lowercase (bool): lowercase each word before the lookup.
+    """
+
+    def __init__(self, vocab, dim, lowercase=True):
+        super().__init__()
+        self.lowercase = lowercase
+        self.word_rows = {word: row for row, word in enumerate(vocab, start=1)}
+        self.embedding = nn.Embedding(len(vocab) + 1, dim)
+
+    def word_ids(self, input_ids, mask):
+        """`(batch, words, chars)` character ids and their `(batch, words)` mask -> `(batch, words)` rows (0 for
+        unknown words and padding); each distinct word is decoded once."""
+        distinct, inverse = torch.unique(input_ids[mask], dim=0, return_inverse=True)  # (distinct, chars)
+        rows = []
+        for char_ids in distinct.tolist():
+            word = char_ids_to_word(char_ids)
+            rows.append(self.word_rows.get(word.lower() if self.lowercase else word, 0))  # 0: unknown
+        ids = torch.tensor(rows, dtype=torch.long, device=input_ids.device)[inverse]  # (real words,)
+        return torch.zeros(mask.shape, dtype=torch.long, device=input_ids.device).masked_scatter(mask, ids)
+
+    def forward(self, input_ids, mask):
+        """`(batch, words, chars)` character ids, `(batch, words)` bool mask -> `(batch, words, dim)`."""
+        return self.embedding(self.word_ids(input_ids, mask))
+
+    @torch.no_grad()
+    def load_vectors(self, vectors):
+        """Copies `vectors` (a dict word -> 1-D tensor of the embedding's width) into the rows of the words it has;
+        returns how many rows it set."""
+        found = 0
+        for word, row in self.word_rows.items():
+            if word in vectors:
+                self.embedding.weight[row] = vectors[word]
+                found += 1
+        return found
 
 
 class ElmoTaskEncoder(nn.Module):

@@ -1,13 +1,14 @@
 """Task word embeddings: the paper's context-independent task input `x_k` (pretrained word vectors) for the heads.
 
 In Peters et al. (2018) a task model reads `[x_k; ELMo_k]`, where `x_k` is its own word representation (GloVe
-vectors, often with a character CNN). `ElmoTaskWordEmbedding` is that word part: a trainable table over a
+vectors, often with a character CNN). `ElmoTaskWordEmbedding` (modeling_elmo.py) is that word part: a trainable table over a
 vocabulary built from the task's training data (`build_task_word_vocab`), stored in the head's configuration
 (`task_word_vocab`) so that `from_pretrained`, the pipelines and `trust_remote_code` rebuild the same lookup. Its
 rows can start from a word-vectors text file (`read_word_vectors`: GloVe or word2vec text) or from the biLM's own
 softmax embeddings (`softmax_word_vectors`).
 
-The head finds each word from its character ids (`char_ids_to_word`), so it needs no input besides the tokenizer's.
+The head finds each word from its character ids, so it needs no input besides the tokenizer's. This module holds
+the tools around it (vocabulary, pretrained vectors, the example scripts' options); the model does not import it.
 """
 
 import math
@@ -15,12 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
-from .char_ids import char_ids_to_word
 from .user_errors import UserInputError
-
-UNKNOWN_ROW = 0  # the row of every word outside the vocabulary
 
 
 def build_task_word_vocab(sentences, min_count=2, lowercase=True, max_size=None):
@@ -40,49 +37,6 @@ def build_task_word_vocab(sentences, min_count=2, lowercase=True, max_size=None)
     counts = Counter(word.lower() if lowercase else word for words in sentences for word in words)
     kept = sorted((word for word, count in counts.items() if count >= min_count), key=lambda w: (-counts[w], w))
     return kept if max_size is None else kept[:max_size]
-
-
-class ElmoTaskWordEmbedding(nn.Module):
-    r"""
-    A trainable embedding of the task vocabulary, looked up from character ids.
-
-    Args:
-        vocab (list of str): the words, row `i + 1` each; row 0 is the unknown word.
-        dim (int): the embedding's width.
-        lowercase (bool): lowercase each word before the lookup.
-    """
-
-    def __init__(self, vocab, dim, lowercase=True):
-        super().__init__()
-        self.lowercase = lowercase
-        self.word_rows = {word: row for row, word in enumerate(vocab, start=UNKNOWN_ROW + 1)}
-        self.embedding = nn.Embedding(len(vocab) + 1, dim)
-
-    def word_ids(self, input_ids, mask):
-        """`(batch, words, chars)` character ids and their `(batch, words)` mask -> `(batch, words)` rows (0 for
-        unknown words and padding); each distinct word is decoded once."""
-        distinct, inverse = torch.unique(input_ids[mask], dim=0, return_inverse=True)  # (distinct, chars)
-        rows = []
-        for char_ids in distinct.tolist():
-            word = char_ids_to_word(char_ids)
-            rows.append(self.word_rows.get(word.lower() if self.lowercase else word, UNKNOWN_ROW))
-        ids = torch.tensor(rows, dtype=torch.long, device=input_ids.device)[inverse]  # (real words,)
-        return torch.zeros(mask.shape, dtype=torch.long, device=input_ids.device).masked_scatter(mask, ids)
-
-    def forward(self, input_ids, mask):
-        """`(batch, words, chars)` character ids, `(batch, words)` bool mask -> `(batch, words, dim)`."""
-        return self.embedding(self.word_ids(input_ids, mask))
-
-    @torch.no_grad()
-    def load_vectors(self, vectors):
-        """Copies `vectors` (a dict word -> 1-D tensor of the embedding's width) into the rows of the words it has;
-        returns how many rows it set."""
-        found = 0
-        for word, row in self.word_rows.items():
-            if word in vectors:
-                self.embedding.weight[row] = vectors[word]
-                found += 1
-        return found
 
 
 def read_word_vectors(path, words=None, lowercase=True):

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("loopback_only")
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 CODE_FILES = {
     "configuration_elmo.py", "modeling_elmo.py", "cpu_kernels.py", "lstm_training_kernel.py", "tokenization_elmo.py",
-    "char_ids.py",
+    "char_ids.py", "packed_steps.py",
 }
 CONVERTED_FILES = {".gitattributes", "README.md", "config.json", "model.safetensors", "tokenizer_config.json",
                    "conversion_report.json"} | CODE_FILES

@@ -7,7 +7,8 @@ from conftest import tiny_config
 from transformers import pipeline
 
 from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
-from elmo_hf.task_words import ElmoTaskWordEmbedding, build_task_word_vocab, read_word_vectors
+from elmo_hf.modeling_elmo import ElmoTaskWordEmbedding
+from elmo_hf.task_words import build_task_word_vocab, read_word_vectors
 from elmo_hf.user_errors import UserInputError
 
 SENTENCES = [["The", "film", "is", "good", "."], ["the", "film", "is", "bad", "."], ["A", "good", "cast", "."]]
