@@ -641,11 +641,19 @@ def elmo_sampled_softmax_loss(hidden, targets, weight, bias, sampled, log_expect
         the mean loss over the N rows, a scalar.
     """
     target_logits = (hidden * weight[targets]).sum(-1) + bias[targets] - log_expected_targets  # (N,)
-    sampled_logits = hidden @ weight[sampled].T + bias[sampled] - log_expected_sampled  # (N, S)
-    accidental_hits = targets.unsqueeze(1) == sampled.unsqueeze(0)  # (N, S)
-    sampled_logits = sampled_logits.masked_fill(accidental_hits, torch.finfo(sampled_logits.dtype).min)
-    logits = torch.cat([target_logits.unsqueeze(1), sampled_logits], dim=1)  # (N, 1 + S), target in column 0
-    return F.cross_entropy(logits, targets.new_zeros(len(targets)))
+    # (N, S) in one product, the negatives' bias and correction added by it (the largest tensor of the loss: every
+    # pass over it counts).
+    sampled_logits = torch.addmm(bias[sampled] - log_expected_sampled, hidden, weight[sampled].T)
+    # Accidental hits: the negatives are distinct, so a row's target is at most one of them.
+    column_of_class = targets.new_full((weight.shape[0],), -1)
+    column_of_class[sampled] = torch.arange(len(sampled), device=sampled.device)
+    hit_columns = column_of_class[targets]  # (N,), -1 where the target is no negative
+    hit_rows = (hit_columns >= 0).nonzero().squeeze(1)
+    lowest = sampled_logits.new_tensor(torch.finfo(sampled_logits.dtype).min)
+    sampled_logits.index_put_((hit_rows, hit_columns[hit_rows]), lowest)
+    # Cross-entropy with the target in front of the negatives: log(sum(exp(all logits))) - target logit.
+    all_logits = torch.logaddexp(target_logits, torch.logsumexp(sampled_logits, dim=1))  # (N,)
+    return (all_logits - target_logits).mean()
 
 
 @dataclass
