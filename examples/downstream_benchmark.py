@@ -14,11 +14,17 @@ first, and a missing archive is fetched there with `pip download`):
   10% dev, 10% test) is made. Metric: test accuracy.
 
 Rows (`ElmoForTokenClassification` / `ElmoForSequenceClassification` with a one-layer task biLSTM, trained with the
-`Trainer`, the biLM frozen, the same budget for every row, `--seeds` seeds each):
+`Trainer`, the biLM frozen, the same budget for every row, `--seeds` seeds each). Every row's task input `x_k` is the
+biLM's token layer and, unless `--task-word-min-count 0`, a trainable task word embedding over the training words
+seen that often, started from the biLM's softmax embeddings (the paper's pretrained word vectors):
+- `without_elmo`: `x_k` alone, the task model without ELMo (the paper's baseline);
 - `baseline`: the scalar mix frozen on layer 0, so the head sees only the biLM's context-independent token vectors;
 - `top`: ELMo from the top layer only (the mix frozen on it);
 - `all`: the learned mix of all layers (the paper's recipe);
 - `input_output`: the learned mix at the task biLSTM's input and a second one at its output (`use_output_elmo`).
+A scikit-learn baseline is printed beside each task: a bag-of-words logistic regression (polarity) and a
+feature-based logistic-regression tagger (UPOS). `--fractions 0.01 0.1` adds sample-efficiency columns for `pos`:
+`without_elmo` and `all` trained on that share of the training sentences (a seeded sample), `--seeds` seeds each.
 The biLM is frozen, so its layers are computed once per sentence and passed to every head as `elmo_hidden_states`:
 the numbers are those of heads that run the biLM themselves, at a fraction of the time.
 
@@ -50,6 +56,7 @@ from transformers import PrinterCallback, Trainer, TrainingArguments
 from transformers.utils import logging as transformers_logging
 
 from elmo_hf import ElmoConfig, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from elmo_hf.task_words import build_task_word_vocab, initialise_task_words
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
 DECOMP = "decomp==0.3.2"
@@ -57,7 +64,7 @@ VADER = "vaderSentiment==3.3.2"
 EWT_MEMBER = "decomp/data/2.0/normalized/sentence/uds-ewt-sentences-{split}-normalized.json"
 SNIPPETS_ARCHIVE = "additional_resources/hutto_ICWSM_2014.tar.gz"
 SNIPPETS_MEMBER = "movieReviewSnippets_GroundTruth.txt"
-ROWS = ("baseline", "top", "all", "input_output")
+ROWS = ("without_elmo", "baseline", "top", "all", "input_output")
 TASKS = ("pos", "sentiment")
 BASELINE_NAMES = {"pos": "feature-based logistic-regression tagger", "sentiment": "bag-of-words logistic regression"}
 OFF = -1e4  # a mix weight whose softmax share is exactly 0 in float32
@@ -141,16 +148,21 @@ def bilm_layers(model, tokenizer, sentences, batch_size, description):
 
 
 class LayersDataset(torch.utils.data.Dataset):
-    """Examples of precomputed biLM layers and their labels (a tag per word, or one class per sentence)."""
+    """Examples of precomputed biLM layers, their character ids (for task word embeddings) and their labels (a tag
+    per word, or one class per sentence)."""
 
-    def __init__(self, layers, labels):
-        self.layers, self.labels = layers, labels
+    def __init__(self, layers, char_ids, labels):
+        self.layers, self.char_ids, self.labels = layers, char_ids, labels
 
     def __len__(self):
         return len(self.layers)
 
     def __getitem__(self, index):
-        return {"elmo_hidden_states": self.layers[index], "labels": self.labels[index]}
+        return {"elmo_hidden_states": self.layers[index], "input_ids": self.char_ids[index], "labels": self.labels[index]}
+
+    def subset(self, indices):
+        return LayersDataset([self.layers[i] for i in indices], [self.char_ids[i] for i in indices],
+                             [self.labels[i] for i in indices])  # fmt: skip
 
 
 def collate(examples):
@@ -164,7 +176,10 @@ def collate(examples):
         words = example["elmo_hidden_states"].shape[1]
         states[row, :, :words] = example["elmo_hidden_states"]
         mask[row, :words] = 1
-    batch = {"elmo_hidden_states": states, "attention_mask": mask}
+    input_ids = torch.zeros(len(examples), width, examples[0]["input_ids"].shape[-1], dtype=torch.long)
+    for row, example in enumerate(examples):
+        input_ids[row, : len(example["input_ids"])] = example["input_ids"]
+    batch = {"elmo_hidden_states": states, "input_ids": input_ids, "attention_mask": mask}
     if isinstance(examples[0]["labels"], torch.Tensor):  # tags: (words,) each
         batch["labels"] = torch.full((len(examples), width), -100, dtype=torch.long)
         for row, example in enumerate(examples):
@@ -179,6 +194,8 @@ def collate(examples):
 
 def row_config(row, num_layers):
     """The head settings of one table row (`num_layers`: the biLM's layers, token layer included)."""
+    if row == "without_elmo":
+        return {"use_input_elmo": False}
     if row == "baseline":
         return {"scalar_mix_initial_weights": [0.0] + [OFF] * (num_layers - 1), "scalar_mix_trainable": False}
     if row == "top":
@@ -205,18 +222,23 @@ def accuracy(model, dataset, batch_size):
     return correct / total
 
 
-def train_head(args, task, row, seed, bilm_config, datasets, num_labels):
-    """Trains one head with the Trainer; returns its dev and test accuracy."""
+def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_words):
+    """Trains one head with the Trainer; returns its dev and test accuracy (and the input mix's layer weights).
+    `task_words`: the task vocabulary (None: no task word embedding)."""
     head_class = ElmoForTokenClassification if task == "pos" else ElmoForSequenceClassification
     num_layers = bilm_config.num_lstm_layers + 1
+    words = {} if task_words is None else {"task_word_vocab": task_words,
+                                           "task_word_embedding_dim": bilm_config.projection_dim}  # fmt: skip
     config = ElmoConfig(**{
         **bilm_config.to_dict(), "num_labels": num_labels, "freeze_bilm": True, "task_encoder_layers": 1,
         "task_encoder_hidden_size": args.task_hidden_size, "use_output_elmo": False, "classifier_dropout": 0.5,
-        "scalar_mix_dropout": 0.0, **row_config(row, num_layers),
+        "scalar_mix_dropout": 0.0, **words, **row_config(row, num_layers),
     })  # fmt: skip
     torch.manual_seed(seed)
     # The biLM's weights are never used (its layers are precomputed), so the head is built without loading them.
     model = head_class(config)
+    if task_words is not None:
+        initialise_task_words(model, bilm_path=args.model)
     with tempfile.TemporaryDirectory() as output_dir:
         training_args = TrainingArguments(
             output_dir=output_dir, per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate,
@@ -227,7 +249,9 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels):
         trainer = Trainer(model=model, args=training_args, train_dataset=datasets["train"], data_collator=collate)
         trainer.remove_callback(PrinterCallback)  # one progress bar over the runs instead of a line per run
         trainer.train()
-    return {split: accuracy(model, datasets[split], 4 * args.batch_size) for split in ("dev", "test")}
+    scores = {split: accuracy(model, datasets[split], 4 * args.batch_size) for split in ("dev", "test")}
+    mix = model.task_encoder.input_mix
+    return {**scores, "layer_weights": None if mix is None else mix.normalized_weights.tolist()}
 
 
 # ---- simple strong baselines (scikit-learn) ----
@@ -331,22 +355,45 @@ def prepare_task(args, task, model, tokenizer):
         splits = {split: examples[: args.max_examples] for split, examples in splits.items()}
     baseline = feature_tagger_accuracy(splits) if task == "pos" else bag_of_words_accuracy(splits)
     layers = {split: bilm_layers(model, tokenizer, words[split], 64, f"{task} {split}: biLM layers") for split in words}
-    datasets = {split: LayersDataset(layers[split], labels[split]) for split in words}
-    return datasets, layers, labels, names, {split: len(values) for split, values in words.items()}, baseline
+    char_ids = {split: [tokenizer([sentence], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+                        for sentence in words[split]] for split in words}  # fmt: skip
+    datasets = {split: LayersDataset(layers[split], char_ids[split], labels[split]) for split in words}
+    sizes = {split: len(values) for split, values in words.items()}
+    return datasets, layers, labels, names, sizes, baseline, words["train"]
 
 
 def markdown_table(results):
-    lines = ["| task (metric) | scikit-learn baseline | " + " | ".join(ROWS) + " |", "|---" * (len(ROWS) + 2) + "|"]
+    rows = [row for row in ROWS if any(row in figures["rows"] for figures in results["tasks"].values())]
+    lines = ["| task (metric) | scikit-learn baseline | " + " | ".join(rows) + " |", "|---" * (len(rows) + 2) + "|"]
+
+    def cell(figure):
+        return "" if figure is None else f"{100 * figure['test']['mean']:.2f} ± {100 * figure['test']['std']:.2f}"
+
     for task, figures in results["tasks"].items():
-        cells = [f"{100 * figures['rows'][row]['test']['mean']:.2f} ± {100 * figures['rows'][row]['test']['std']:.2f}"
-                 for row in ROWS]  # fmt: skip
         baseline = f"{100 * figures['scikit_learn_baseline']['test']:.2f} ({BASELINE_NAMES[task]})"
+        cells = [cell(figures["rows"].get(row)) for row in rows]
         lines.append(f"| {task} (test accuracy, %) | {baseline} | " + " | ".join(cells) + " |")
+    fractions = results["tasks"].get("pos", {}).get("fractions", {})
+    if fractions:
+        lines += ["", "| pos, share of the training sentences | without_elmo | all | ELMo's gain (points) |",
+                  "|---|---|---|---|"]  # fmt: skip
+        full = results["tasks"]["pos"]["rows"]
+        for fraction, figures in [*fractions.items(), ("1.0", full)]:
+            without, with_elmo = figures.get("without_elmo"), figures.get("all")
+            gain = "" if None in (without, with_elmo) else f"{100 * (with_elmo['test']['mean'] - without['test']['mean']):+.2f}"
+            lines.append(f"| {float(fraction):.0%} | {cell(without)} | {cell(with_elmo)} | {gain} |")
     if "probes" in results["tasks"].get("pos", {}):
         probes = results["tasks"]["pos"]["probes"]
         lines += ["", "| pos linear probe | " + " | ".join(f"layer {k}" for k in range(len(probes))) + " |",
                   "|---" * (len(probes) + 1) + "|",
                   "| test accuracy, % | " + " | ".join(f"{100 * value:.2f}" for value in probes) + " |"]  # fmt: skip
+    weights = {task: figures["rows"]["all"]["layer_weights"] for task, figures in results["tasks"].items()
+               if "all" in figures["rows"]}  # fmt: skip
+    if weights:
+        lines += ["", "| learned layer weights (`all`, first seed) | " + " | ".join(
+            f"layer {k}" for k in range(len(next(iter(weights.values()))))) + " |",
+            "|---" * (len(next(iter(weights.values()))) + 1) + "|"]  # fmt: skip
+        lines += [f"| {task} | " + " | ".join(f"{value:.3f}" for value in values) + " |" for task, values in weights.items()]
     return "\n".join(lines)
 
 
@@ -364,6 +411,11 @@ def main(argv=None):
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--task-hidden-size", type=int, default=128, help="the task biLSTM's size per direction")
     parser.add_argument("--max-examples", type=int, help="use only the first N examples of every split (a slice)")
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
+    parser.add_argument("--task-word-min-count", type=int, default=2,
+                        help="task word embedding over the training words seen this often (0: none)")
+    parser.add_argument("--fractions", nargs="*", type=float, default=[],
+                        help="pos: also train without_elmo and all on these shares of the training sentences")
     args = parser.parse_args(argv)
     args.epochs = {"pos": args.pos_epochs, "sentiment": args.sentiment_epochs}
     transformers_logging.set_verbosity_error()
@@ -377,16 +429,28 @@ def main(argv=None):
         key: value for key, value in vars(args).items() if key not in ("model", "output_dir", "data_dir")}, "tasks": {}}
     for task in args.tasks:
         task_start = time.time()
-        datasets, layers, labels, names, sizes, baseline = prepare_task(args, task, model, tokenizer)
+        datasets, layers, labels, names, sizes, baseline, train_words = prepare_task(args, task, model, tokenizer)
         figures = {"sizes": sizes, "labels": names, "rows": {}, "scikit_learn_baseline": baseline}
-        runs = [(row, seed) for row in ROWS for seed in args.seeds]
-        scores = {row: [] for row in ROWS}
-        for row, seed in tqdm(runs, desc=f"{task}: heads", unit="run", file=sys.stderr):
-            scores[row].append(train_head(args, task, row, seed, model.config, datasets, len(names)))
-        for row in ROWS:
-            figures["rows"][row] = {split: {**summary([score[split] for score in scores[row]]),
-                                            "seeds": [score[split] for score in scores[row]]}
-                                    for split in ("dev", "test")}  # fmt: skip
+        fractions = [1.0, *(args.fractions if task == "pos" else [])]
+        runs = [(fraction, row, seed) for fraction in fractions for row in args.rows for seed in args.seeds
+                if fraction == 1.0 or row in ("without_elmo", "all")]  # fmt: skip
+        scores = {}
+        for fraction, row, seed in tqdm(runs, desc=f"{task}: heads", unit="run", file=sys.stderr):
+            sample = random.Random(seed).sample(range(sizes["train"]), max(1, round(fraction * sizes["train"])))
+            subset = {**datasets, "train": datasets["train"].subset(sorted(sample))}
+            task_words = None
+            if args.task_word_min_count:
+                task_words = build_task_word_vocab([train_words[i] for i in sample], args.task_word_min_count)
+            score = train_head(args, task, row, seed, model.config, subset, len(names), task_words)
+            scores.setdefault((fraction, row), []).append(score)
+        for (fraction, row), row_scores in scores.items():
+            figure = {split: {**summary([score[split] for score in row_scores]),
+                              "seeds": [score[split] for score in row_scores]} for split in ("dev", "test")}  # fmt: skip
+            figure["layer_weights"] = row_scores[0]["layer_weights"]
+            if fraction == 1.0:
+                figures["rows"][row] = figure
+            else:
+                figures.setdefault("fractions", {}).setdefault(str(fraction), {})[row] = figure
         if task == "pos":
             tags = {split: [values[1:-1] for values in labels[split]] for split in labels}
             figures["probes"] = [probe_layer(layers, tags, layer, args.seeds[0], args.probe_epochs)

@@ -112,7 +112,7 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
     results = downstream_benchmark.main([
         "--model", str(model_dir), "--output-dir", str(tmp_path / "out"), "--data-dir", str(data_dir),
         "--seeds", "0", "1", "--pos-epochs", "2", "--sentiment-epochs", "2", "--probe-epochs", "2",
-        "--task-hidden-size", "8", "--max-examples", "20",
+        "--task-hidden-size", "8", "--max-examples", "20", "--fractions", "0.5",
     ])  # fmt: skip
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == json.loads(json.dumps(results))
     for task in ("pos", "sentiment"):
@@ -124,6 +124,10 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
     assert len(results["tasks"]["pos"]["probes"]) == 3
     for task in ("pos", "sentiment"):  # the scikit-learn baseline printed beside the rows
         assert 0.0 <= results["tasks"][task]["scikit_learn_baseline"]["test"] <= 1.0
+        assert results["tasks"][task]["rows"]["without_elmo"]["layer_weights"] is None
+        assert sum(results["tasks"][task]["rows"]["all"]["layer_weights"]) == pytest.approx(1.0)
+    assert set(results["tasks"]["pos"]["fractions"]["0.5"]) == {"without_elmo", "all"}  # sample efficiency
     table = capsys.readouterr().out
     assert "| pos (test accuracy, %) |" in table and "| sentiment (test accuracy, %) |" in table
     assert "(bag-of-words logistic regression) |" in table and "(feature-based logistic-regression tagger) |" in table
+    assert "| 50% |" in table and "| learned layer weights" in table
