@@ -33,7 +33,8 @@ from elmo_hf.task_words import TaskWordArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
 
-HEAD_FIELDS = ('freeze_bilm', 'task_encoder_hidden_size', 'task_encoder_layers', 'use_output_elmo', 'classifier_dropout')
+HEAD_FIELDS = ('freeze_bilm', 'task_encoder_hidden_size', 'task_encoder_layers', 'use_output_elmo', 'classifier_dropout',
+               'scalar_mix_dropout')
 
 
 @dataclass
@@ -50,6 +51,7 @@ class ModelArguments:
     task_encoder_layers: int | None = field(default=None, metadata={"help": "Layers of the task biLSTM (0: none)."})
     use_output_elmo: bool | None = field(default=None, metadata={"help": "Add a second ELMo mix at the output."})
     classifier_dropout: float | None = field(default=None, metadata={"help": "Dropout before the encoder and classifier."})
+    scalar_mix_dropout: float | None = field(default=None, metadata={"help": "Dropout on the mixed ELMo vector."})
 
 
 @dataclass
