@@ -6,17 +6,19 @@ word and steps every padded position. `bilstm_training_forward` computes the sam
 nothing), and each layer's recurrence is one autograd node, `_PackedLstmRecurrence`, whose backward:
 
 - walks the steps in reverse with two small products per step (into the previous hidden state and into the cell
-  output) and four elementwise products, with the factors that do not depend on the carried gradient (the gate
-  derivatives, the clip masks) computed once for every step beforehand;
+  output) and six elementwise operations, with the factors that do not depend on the carried gradient (the gate
+  derivatives, the clip masks, tanh of the cell) computed once for all steps beforehand;
 - computes the gradients of the recurrent weight `U` and the projection `P` once, as two large products over every
   packed position, where autograd does one small product per step.
 
 It is the same arithmetic: the outputs differ from the reference only by rounding, the gradients only by summation
 order (`tests/test_lstm_training_kernel.py` compares both in float64). `ElmoBiLstm.forward` uses it whenever a
-gradient is recorded; `benchmarks/benchmark_training.py` measures it.
+gradient is recorded (`config.lstm_implementation` "auto" or "packed"); `benchmarks/benchmark_training.py` measures
+it (RESULTS.md, "Training on packed steps").
 """
 
 import math
+import sys
 import threading
 
 import torch
@@ -72,10 +74,11 @@ class _Lease:
     are, it outlives every backward through that node (a second one, with `retain_graph=True`, included)."""
 
     def __init__(self, *tensors):
-        self.tensors = tensors
+        self.pool, self.tensors = _POOL, tensors
 
     def __del__(self):
-        _POOL.give_back(*self.tensors)
+        if not sys.is_finalizing():  # at interpreter exit there is nothing left to reuse them
+            self.pool.give_back(*self.tensors)
 
 
 def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0):
@@ -123,8 +126,9 @@ class _PackedLstmRecurrence(torch.autograd.Function):
     lstm_dim)` and `P` `(2, lstm_dim, projection_dim)`, the initial cell `(2, batch, lstm_dim)` and hidden `(2, batch,
     projection_dim)` in `steps.order`, the `PackedSteps`, and the clips.
 
-    Outputs: the hidden state after each packed position `(2, valid, projection_dim)` (the layer's output, clipped)
-    and the cell state `(2, valid, lstm_dim)` (clipped).
+    Outputs: the hidden state after each packed position `(2, valid, projection_dim)` (the layer's output, clipped),
+    the cell state `(2, valid, lstm_dim)` (clipped), and `gate_inputs` itself, overwritten by the gate activations
+    (marked dirty and non-differentiable: no other node may read it).
     """
 
     @staticmethod
