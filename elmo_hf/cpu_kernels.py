@@ -19,6 +19,7 @@ paper and which `tests/test_kernels.py` compares this path with. Each trick belo
   than the (in, out) weight (batch 1 1.05-1.10x at the medium size, 1.05-1.09x at the original size).
 """
 
+import functools
 import weakref
 
 import torch
@@ -260,8 +261,28 @@ def _prepacked_products_apply(layer, gate_input):
         layer.recurrent_weight.device.type == "cpu"
         and layer.recurrent_weight.dtype == torch.float32
         and gate_input.dtype == torch.float32
-        and torch.backends.mkldnn.is_available()
+        and onednn_products_available()
     )
+
+
+@functools.cache
+def onednn_products_available():
+    """Whether PyTorch's private oneDNN linear operators (`torch.ops.mkldnn._reorder_linear_weight`,
+    `_linear_pointwise`), which the prepacked products use, exist in this PyTorch and agree with `torch.matmul`:
+    probed once on small tensors. Without them the per-step products fall back to `baddbmm`/`bmm` (the same values,
+    slower: RESULTS.md)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    generator = torch.Generator().manual_seed(0)
+    rows, weight, other = (torch.randn(shape, generator=generator) for shape in ((3, 8), (8, 16), (3, 16)))
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.t().contiguous(), 32)
+        plus_other = torch.ops.mkldnn._linear_pointwise.binary(rows, other, packed, None, "add")
+        plain = torch.ops.mkldnn._linear_pointwise(rows, packed, None, "none", [], "")
+    except (AttributeError, RuntimeError, TypeError):
+        return False
+    expected = rows @ weight
+    return torch.allclose(plain, expected, atol=1e-4) and torch.allclose(plus_other, expected + other, atol=1e-4)
 
 
 def _weight_copy(layer, name, layout):

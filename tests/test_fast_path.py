@@ -190,7 +190,32 @@ def _forward_float32(model, input_ids, needs_gradient):
         return torch.stack(model(input_ids, output_hidden_states=True).hidden_states, dim=1).detach()
 
 
-needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+needs_onednn = pytest.mark.skipif(not cpu_kernels.onednn_products_available(),
+                                  reason="this torch has no working oneDNN linear operators")  # fmt: skip
+
+
+def test_without_the_private_onednn_operators_the_plain_products_give_the_same_vectors(monkeypatch):
+    """A PyTorch without `torch.ops.mkldnn._linear_pointwise` (or with a changed one) falls back to baddbmm/bmm."""
+    model = tiny_model(seed=7)
+    generator = torch.Generator().manual_seed(4)
+    input_ids, _ = random_batch(generator, batch=7, max_words=10, chars=model.config.max_characters_per_token)
+    usual = _forward_float32(model, input_ids, needs_gradient=False)
+    monkeypatch.setattr(cpu_kernels, "onednn_products_available", lambda: False)
+    cpu_kernels._WEIGHT_COPIES.clear()
+    fallback = _forward_float32(model, input_ids, needs_gradient=False)
+    for layer in model.encoder.layers:
+        assert not any(layout == "onednn" for _, layout in cpu_kernels._WEIGHT_COPIES.get(layer, {}))
+    torch.testing.assert_close(fallback, usual, rtol=1e-5, atol=1e-6)
+
+
+def test_the_onednn_probe_refuses_operators_that_fail(monkeypatch):
+    cpu_kernels.onednn_products_available.cache_clear()
+    try:
+        monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", None, raising=False)
+        assert cpu_kernels.onednn_products_available() is False
+    finally:
+        monkeypatch.undo()
+        cpu_kernels.onednn_products_available.cache_clear()
 
 
 @needs_onednn
