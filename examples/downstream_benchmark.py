@@ -31,8 +31,9 @@ the numbers are those of heads that run the biLM themselves, at a fraction of th
 Layer probes (the paper's section 5.3, for `pos`): a linear classifier on each frozen layer alone (layer 0: the token
 vectors; then each biLSTM layer), trained with Adam on the training tokens; test accuracy per layer.
 
-Writes `results.json` (every seed's score, means, standard deviations, settings, timings) into `--output-dir` and
-prints a Markdown table.
+Writes `results.json` (every seed's score, means, standard deviations, learned layer weights, settings, timings) and
+`layer_weights.png` (each task's learned layer weights, the paper's Figure 2; needs matplotlib) into `--output-dir`,
+and prints a Markdown table.
 """
 
 import argparse
@@ -362,6 +363,43 @@ def prepare_task(args, task, model, tokenizer):
     return datasets, layers, labels, names, sizes, baseline, words["train"]
 
 
+def mean_layer_weights(results):
+    """{task: the `all` row's softmax-normalised layer weights, averaged over its seeds}."""
+    weights = {}
+    for task, figures in results["tasks"].items():
+        if "all" in figures["rows"]:
+            per_seed = figures["rows"]["all"]["layer_weights"]
+            weights[task] = [statistics.mean(values) for values in zip(*per_seed)]
+    return weights
+
+
+def plot_layer_weights(results, path):
+    """The paper's Figure 2: each task's learned weight of every biLM layer (`all` row), as a PNG at `path`; returns
+    False (and writes nothing) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    weights = mean_layer_weights(results)
+    figure, axis = plt.subplots(figsize=(4.5, 2.8), dpi=120)
+    width = 0.8 / max(1, len(weights))
+    for index, (task, values) in enumerate(weights.items()):
+        axis.bar([layer + index * width for layer in range(len(values))], values, width, label=task)
+    count = len(next(iter(weights.values()), []))
+    axis.set_xticks([layer + width * (len(weights) - 1) / 2 for layer in range(count)])
+    axis.set_xticklabels(["token layer" if layer == 0 else f"LSTM {layer}" for layer in range(count)])
+    axis.set_ylabel("softmax weight")
+    axis.set_title("Learned ELMo layer weights (input mix)")
+    axis.legend(frameon=False)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return True
+
+
 def markdown_table(results):
     rows = [row for row in ROWS if any(row in figures["rows"] for figures in results["tasks"].values())]
     lines = ["| task (metric) | scikit-learn baseline | " + " | ".join(rows) + " |", "|---" * (len(rows) + 2) + "|"]
@@ -387,12 +425,11 @@ def markdown_table(results):
         lines += ["", "| pos linear probe | " + " | ".join(f"layer {k}" for k in range(len(probes))) + " |",
                   "|---" * (len(probes) + 1) + "|",
                   "| test accuracy, % | " + " | ".join(f"{100 * value:.2f}" for value in probes) + " |"]  # fmt: skip
-    weights = {task: figures["rows"]["all"]["layer_weights"] for task, figures in results["tasks"].items()
-               if "all" in figures["rows"]}  # fmt: skip
+    weights = mean_layer_weights(results)
     if weights:
-        lines += ["", "| learned layer weights (`all`, first seed) | " + " | ".join(
-            f"layer {k}" for k in range(len(next(iter(weights.values()))))) + " |",
-            "|---" * (len(next(iter(weights.values()))) + 1) + "|"]  # fmt: skip
+        count = len(next(iter(weights.values())))
+        lines += ["", "| learned layer weights (`all`, mean over seeds) | " + " | ".join(f"layer {k}" for k in range(count))
+                  + " |", "|---" * (count + 1) + "|"]  # fmt: skip
         lines += [f"| {task} | " + " | ".join(f"{value:.3f}" for value in values) + " |" for task, values in weights.items()]
     return "\n".join(lines)
 
@@ -446,7 +483,7 @@ def main(argv=None):
         for (fraction, row), row_scores in scores.items():
             figure = {split: {**summary([score[split] for score in row_scores]),
                               "seeds": [score[split] for score in row_scores]} for split in ("dev", "test")}  # fmt: skip
-            figure["layer_weights"] = row_scores[0]["layer_weights"]
+            figure["layer_weights"] = [score["layer_weights"] for score in row_scores]  # per seed, None without a mix
             if fraction == 1.0:
                 figures["rows"][row] = figure
             else:
@@ -461,6 +498,8 @@ def main(argv=None):
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "results.json"), "w", encoding="utf-8") as output:
         json.dump(results, output, indent=1)
+    if mean_layer_weights(results) and not plot_layer_weights(results, os.path.join(args.output_dir, "layer_weights.png")):
+        print("layer_weights.png not written: pip install matplotlib", file=sys.stderr)
     print(markdown_table(results))
     print(f"\n{results['seconds'] / 60:.1f} minutes on {cpu}, {results['threads']} threads")
     return results

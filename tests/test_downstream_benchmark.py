@@ -124,10 +124,12 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
     assert len(results["tasks"]["pos"]["probes"]) == 3
     for task in ("pos", "sentiment"):  # the scikit-learn baseline printed beside the rows
         assert 0.0 <= results["tasks"][task]["scikit_learn_baseline"]["test"] <= 1.0
-        assert results["tasks"][task]["rows"]["without_elmo"]["layer_weights"] is None
-        assert sum(results["tasks"][task]["rows"]["all"]["layer_weights"]) == pytest.approx(1.0)
+        assert results["tasks"][task]["rows"]["without_elmo"]["layer_weights"] == [None, None]
+        assert [sum(weights) for weights in results["tasks"][task]["rows"]["all"]["layer_weights"]] == [
+            pytest.approx(1.0)] * 2  # fmt: skip
     assert set(results["tasks"]["pos"]["fractions"]["0.5"]) == {"without_elmo", "all"}  # sample efficiency
     table = capsys.readouterr().out
     assert "| pos (test accuracy, %) |" in table and "| sentiment (test accuracy, %) |" in table
     assert "(bag-of-words logistic regression) |" in table and "(feature-based logistic-regression tagger) |" in table
     assert "| 50% |" in table and "| learned layer weights" in table
+    assert (tmp_path / "out" / "layer_weights.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
