@@ -81,7 +81,7 @@ class _Lease:
             self.pool.give_back(*self.tensors)
 
 
-def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0):
+def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0, zero_state=False):
     r"""
     `ElmoBiLstm.forward`'s values on packed steps, with each layer's recurrence as one autograd node.
 
@@ -92,6 +92,7 @@ def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0):
         cells (`(layers, 2, batch, lstm_dim)`), hiddens (`(layers, 2, batch, projection_dim)`): each layer's initial
             state (`ElmoBiLstm.initial_states`).
         dropout (float): dropout probability on every layer's input (the residual adds the dropped input).
+        zero_state (bool): the initial states are all zeros, so the first step has no recurrent term.
 
     Returns:
         each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at padded positions, and
@@ -107,7 +108,7 @@ def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0):
         initial_cell, initial_hidden = cells[index], hiddens[index]  # (2, batch, dim), the batch's row order
         output, cell_states, _ = _PackedLstmRecurrence.apply(
             gate_inputs, layer.recurrent_weight, layer.projection_weight, initial_cell[:, steps.order],
-            initial_hidden[:, steps.order], steps, layer.cell_clip, layer.proj_clip,
+            initial_hidden[:, steps.order], steps, layer.cell_clip, layer.proj_clip, zero_state,
         )  # fmt: skip
         final_cells.append(steps.final_states(cell_states, initial_cell))
         final_hiddens.append(steps.final_states(output, initial_hidden))
@@ -124,7 +125,7 @@ class _PackedLstmRecurrence(torch.autograd.Function):
 
     Inputs: `gate_inputs` `(2, valid, 4 * lstm_dim)` (`x W + b`, packed), the weights `U` `(2, projection_dim, 4 *
     lstm_dim)` and `P` `(2, lstm_dim, projection_dim)`, the initial cell `(2, batch, lstm_dim)` and hidden `(2, batch,
-    projection_dim)` in `steps.order`, the `PackedSteps`, and the clips.
+    projection_dim)` in `steps.order`, the `PackedSteps`, the clips, and whether the initial state is all zeros.
 
     Outputs: the hidden state after each packed position `(2, valid, projection_dim)` (the layer's output, clipped),
     the cell state `(2, valid, lstm_dim)` (clipped), and `gate_inputs` itself, overwritten by the gate activations
@@ -133,7 +134,7 @@ class _PackedLstmRecurrence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gate_inputs, recurrent_weight, projection_weight, initial_cell, initial_hidden, steps, cell_clip,
-                proj_clip):  # fmt: skip
+                proj_clip, zero_state):  # fmt: skip
         _, valid, four_lstm_dim = gate_inputs.shape
         lstm_dim = four_lstm_dim // 4
         # Kept for the backward: the gate activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) side by side,
@@ -156,7 +157,9 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         doubled_recurrent_weight[..., candidate] *= 2
         for active in steps.batch_sizes:
             rows = slice(start, start + active)
-            gates = activations[:, rows].baddbmm_(hidden[:, :active], doubled_recurrent_weight)  # (2, active, 4 lstm)
+            gates = activations[:, rows]  # (2, active, 4 * lstm_dim)
+            if start or not zero_state:  # (from a zero state, hidden @ U is exactly 0)
+                gates.baddbmm_(hidden[:, :active], doubled_recurrent_weight)
             gates.sigmoid_()  # input, forget and output gates
             gates[..., candidate].mul_(2).sub_(1)  # cell candidate: tanh
             input_act, forget_act, candidate_act, output_act = gates.chunk(4, dim=-1)
@@ -245,6 +248,8 @@ class _PackedLstmRecurrence(torch.autograd.Function):
                 cell_grad.mul_(cell_mask[:, rows])  # of the cell before its clip
             ifg_grads[:, rows].mul_(cell_grad.unsqueeze(2))
             output_factor[:, rows].mul_(memory_grad)
+            if start == 0 and not any(ctx.needs_input_grad[3:5]):
+                break  # the initial state (zeros, or given without a gradient) needs none
             torch.bmm(gate_grads[:, rows], recurrent_weight_t, out=hidden_carry[:, :active])
             torch.mul(cell_grad, forget_act[:, rows], out=cell_carry[:, :active])
 
@@ -255,8 +260,8 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         projection_weight_grad = torch.bmm(memories.transpose(1, 2), projected_grads)
         _POOL.give_back(previous_cells, memories, memory_to_cell, projected_grads, previous_hiddens,
                         hidden_mask, cell_mask)  # fmt: skip
-        return (gate_grads, recurrent_weight_grad, projection_weight_grad, cell_carry, hidden_carry, None, None,
-                None)  # fmt: skip
+        return (gate_grads, recurrent_weight_grad, projection_weight_grad, cell_carry if ctx.needs_input_grad[3] else None,
+                hidden_carry if ctx.needs_input_grad[4] else None, None, None, None, None)  # fmt: skip
 
 
 def _inside_clip(values, clip):

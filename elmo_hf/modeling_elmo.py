@@ -200,7 +200,7 @@ class ElmoBiLstm(nn.Module):
         cells, hiddens, carried = self.initial_states(lstm_states, batch, inputs)  # (layers, 2, batch, dim)
         if implementation == "packed" or (implementation == "auto" and torch.is_grad_enabled()):
             layer_outputs, final_cells, final_hiddens = bilstm_training_forward(
-                self, inputs, mask, cells, hiddens, dropout
+                self, inputs, mask, cells, hiddens, dropout, zero_state=lstm_states is None
             )
             return layer_outputs, self.final_states(final_cells, final_hiddens, carried)
         reverse_index = reverse_words_index(mask.sum(dim=1), words)  # (batch, words)
