@@ -133,3 +133,18 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
     assert "(bag-of-words logistic regression) |" in table and "(feature-based logistic-regression tagger) |" in table
     assert "| 50% |" in table and "| learned layer weights" in table
     assert (tmp_path / "out" / "layer_weights.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("task", ["sentiment", "pos"])
+def test_the_task_input_study_runs_and_appends_its_line(data_dir, tmp_path, task, one_thread):
+    import task_input_study
+
+    output = tmp_path / "study.jsonl"
+    common = ["--task", task, "--data-dir", str(data_dir), "--output", str(output)]
+    result = task_input_study.main([*common, "--variant", '{"epochs": 2, "fraction": 0.5, "use_input_elmo": false}',
+                                    "--seeds", "0", "1", "--cache", str(tmp_path / "layers.pt")])  # fmt: skip
+    assert len(result["test"]) == 2 and all(0.0 <= value <= 1.0 for value in result["test"])
+    assert (tmp_path / "layers.pt").exists()
+    baseline = task_input_study.main([*common, "--baseline"])
+    assert 0.0 <= baseline["test"] <= 1.0
+    assert [json.loads(line) for line in output.read_text().splitlines()] == [result, baseline]

@@ -1,0 +1,163 @@
+#!/usr/bin/env python
+"""What the task input buys, one factor at a time: the recipe's head with and without ELMo, beside a scikit-learn
+baseline, on the public data of `downstream_benchmark.py`.
+
+    python examples/task_input_study.py --task sentiment --variant '{"scalar_mix_dropout": 0.0, "classifier_dropout": 0.3}' \
+        --seeds 0 1 2 --output outputs/study.jsonl
+    python examples/task_input_study.py --task pos --variant '{"fraction": 0.01, "use_input_elmo": false}' --seeds 0 1 2
+    python examples/task_input_study.py --task pos --baseline
+
+Each run trains an `ElmoForSequenceClassification` / `ElmoForTokenClassification` head (one-layer task biLSTM of 128
+per direction) on the frozen default biLM's layers, computed once per sentence (`--cache` keeps them on disk), with
+AdamW at a constant learning rate, batches of 32 in a seeded order; after every epoch it scores dev and test, and
+reports the test accuracy of the epoch best on dev. The variant is a JSON object of `ElmoConfig` head fields plus:
+`epochs` (sentiment 4, pos 8), `lr` (3e-3, 5e-3), `batch_size` (32), `weight_decay` (0), `min_count` (the task
+vocabulary's minimum count, 2; 0: no task word embedding), `from_bilm` (start the task words from the biLM's softmax,
+true), `fraction` (pos: train on this share of the training sentences, a seeded sample; 1.0). `--baseline` prints
+the task's scikit-learn baseline instead (bag-of-words logistic regression / feature-based tagger).
+
+Prints one JSON line per call (the variant, dev and test accuracy per seed, the chosen epochs, seconds) and appends it
+to `--output`.
+"""
+
+import argparse
+import json
+import os
+import random
+import time
+
+import torch
+
+import downstream_benchmark as benchmark
+from elmo_hf import DEFAULT_MODEL, ElmoConfig, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel
+from elmo_hf import ElmoTokenizer
+from elmo_hf.task_words import build_task_word_vocab, initialise_task_words
+
+DEFAULTS = {"sentiment": {"epochs": 4, "lr": 3e-3}, "pos": {"epochs": 8, "lr": 5e-3}}
+
+
+def load_task(task, data_dir, tokenizer):
+    """(words per split, labels per split, label names, the splits as downstream_benchmark reads them)."""
+    if task == "pos":
+        wheel = benchmark.find_or_fetch(data_dir, "decomp-0.3.2-*.whl", benchmark.DECOMP,
+                                        ["--only-binary=:all:", "--python-version", "3.12"])  # fmt: skip
+        splits = benchmark.load_ewt(wheel)
+        names = sorted({tag for split in splits.values() for _, tags in split for tag in tags})
+        tag_ids = {name: index for index, name in enumerate(names)}
+        words = {split: [w for w, _ in examples] for split, examples in splits.items()}
+        labels = {split: [[tag_ids[t] for t in tags] for _, tags in examples] for split, examples in splits.items()}
+    else:
+        sdist = benchmark.find_or_fetch(data_dir, "vaderSentiment-3.3.2.tar.gz", benchmark.VADER, ["--no-binary=:all:"])
+        splits = benchmark.load_movie_reviews(sdist)
+        names = ["negative", "positive"]
+        words = {split: [tokenizer.tokenize(text) or ["."] for text, _ in examples] for split, examples in splits.items()}
+        labels = {split: [label for _, label in examples] for split, examples in splits.items()}
+    return words, labels, names, splits
+
+
+def batches(task, words, labels, layers, tokenizer, indices, batch_size, rng=None):
+    """Padded batches (character ids, mask, stacked biLM layers, labels) of `indices`, shuffled by `rng` if given."""
+    order = list(indices)
+    if rng is not None:
+        rng.shuffle(order)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        encoding = tokenizer([words[row] for row in rows], is_split_into_words=True, padding=True, return_tensors="pt")
+        width = encoding["input_ids"].shape[1]
+        states = torch.zeros(len(rows), layers[0].shape[0], width, layers[0].shape[-1])
+        if task == "pos":
+            targets = torch.full((len(rows), width), -100)
+        for position, row in enumerate(rows):
+            states[position, :, : layers[row].shape[1]] = layers[row]
+            if task == "pos":
+                targets[position, 1 : 1 + len(labels[row])] = torch.tensor(labels[row])
+        if task != "pos":
+            targets = torch.tensor([labels[row] for row in rows])
+        yield encoding["input_ids"], encoding["attention_mask"], states, targets
+
+
+def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_config):
+    """Trains one head; returns (best dev accuracy, its test accuracy, its epoch)."""
+    options = {**DEFAULTS[task], "batch_size": 32, "min_count": 2, "from_bilm": True, "weight_decay": 0.0,
+               "fraction": 1.0, **variant}  # fmt: skip
+    epochs, lr, batch_size = options.pop("epochs"), options.pop("lr"), options.pop("batch_size")
+    min_count, from_bilm, weight_decay = options.pop("min_count"), options.pop("from_bilm"), options.pop("weight_decay")
+    fraction = options.pop("fraction")
+    count = len(words["train"])
+    train = sorted(random.Random(seed).sample(range(count), max(1, int(fraction * count))))
+    if min_count:
+        options["task_word_vocab"] = build_task_word_vocab([words["train"][row] for row in train], min_count)
+        if from_bilm:
+            options.setdefault("task_word_embedding_dim", bilm_config.projection_dim)
+    config = ElmoConfig(**{**bilm_config.to_dict(), "num_labels": len(names), **options})
+    torch.manual_seed(seed)
+    model = (ElmoForTokenClassification if task == "pos" else ElmoForSequenceClassification)(config)
+    if min_count and from_bilm:
+        initialise_task_words(model, bilm_path=DEFAULT_MODEL)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
+    rng, best = random.Random(seed), (-1.0, None, None)
+    for epoch in range(epochs):
+        model.train()
+        for input_ids, mask, states, targets in batches(task, words["train"], labels["train"], layers["train"],
+                                                        tokenizer, train, batch_size, rng):  # fmt: skip
+            optimizer.zero_grad()
+            model(input_ids=input_ids, attention_mask=mask, elmo_hidden_states=states, labels=targets).loss.backward()
+            optimizer.step()
+        model.eval()
+        accuracy = {}
+        with torch.no_grad():
+            for split in ("dev", "test"):
+                correct = total = 0
+                for input_ids, mask, states, targets in batches(task, words[split], labels[split], layers[split],
+                                                                tokenizer, range(len(words[split])), 128):  # fmt: skip
+                    predicted = model(input_ids=input_ids, attention_mask=mask, elmo_hidden_states=states).logits.argmax(-1)
+                    scored = targets != -100
+                    correct += int((predicted[scored] == targets[scored]).sum())
+                    total += int(scored.sum())
+                accuracy[split] = correct / total
+        if accuracy["dev"] > best[0]:
+            best = (accuracy["dev"], accuracy["test"], epoch + 1)
+    return best
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=benchmark.TASKS, required=True)
+    parser.add_argument("--variant", default="{}", help="a JSON object of head fields and training options")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--baseline", action="store_true", help="print the scikit-learn baseline instead")
+    parser.add_argument("--data-dir", default="outputs/downstream-data")
+    parser.add_argument("--cache", help="keep the biLM's layers in this file (computed once)")
+    parser.add_argument("--output", help="append the JSON line to this file")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    tokenizer = ElmoTokenizer.from_pretrained(DEFAULT_MODEL)
+    words, labels, names, splits = load_task(args.task, args.data_dir, tokenizer)
+    start = time.time()
+    if args.baseline:
+        scores = (benchmark.feature_tagger_accuracy if args.task == "pos" else benchmark.bag_of_words_accuracy)(splits)
+        result = {"task": args.task, "baseline": benchmark.BASELINE_NAMES[args.task], **scores}
+    else:
+        if args.cache and os.path.exists(args.cache):
+            layers = torch.load(args.cache)
+        else:
+            bilm = ElmoModel.from_pretrained(DEFAULT_MODEL).eval()
+            layers = {split: benchmark.bilm_layers(bilm, tokenizer, words[split], 64, split) for split in words}
+            if args.cache:
+                torch.save(layers, args.cache)
+        variant = json.loads(args.variant)
+        bilm_config = ElmoConfig.from_pretrained(DEFAULT_MODEL)
+        runs = [run(args.task, variant, seed, words, labels, layers, names, tokenizer, bilm_config) for seed in args.seeds]
+        result = {"task": args.task, "variant": variant, "seeds": args.seeds, "dev": [r[0] for r in runs],
+                  "test": [r[1] for r in runs], "epochs": [r[2] for r in runs]}  # fmt: skip
+    result["seconds"] = round(time.time() - start)
+    line = json.dumps(result)
+    print(line, flush=True)
+    if args.output:
+        with open(args.output, "a", encoding="utf-8") as output:
+            output.write(line + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
