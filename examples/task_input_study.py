@@ -89,7 +89,8 @@ def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_confi
         options["task_word_vocab"] = build_task_word_vocab([words["train"][row] for row in train], min_count)
         if from_bilm:
             options.setdefault("task_word_embedding_dim", bilm_config.projection_dim)
-    config = ElmoConfig(**{**bilm_config.to_dict(), "num_labels": len(names), **options})
+    bilm_fields = {key: value for key, value in bilm_config.to_dict().items() if key not in ("id2label", "label2id")}
+    config = ElmoConfig(**{**bilm_fields, "num_labels": len(names), **options})
     torch.manual_seed(seed)
     model = (ElmoForTokenClassification if task == "pos" else ElmoForSequenceClassification)(config)
     if min_count and from_bilm:
