@@ -24,6 +24,8 @@ import weakref
 
 import torch
 
+from .packed_steps import PackedSteps
+
 
 # Largest char-CNN response computed at once (bytes): small enough to stay in a CPU cache (RESULTS.md).
 CNN_RESPONSE_BYTES = 4 * 2**20
@@ -99,21 +101,10 @@ def bilstm_forward(encoder, word_embeddings, word_index, lengths, lstm_states=No
     """
     batch, words = word_index.shape
     cells, hiddens, carried = encoder.initial_states(lstm_states, batch, word_embeddings)  # (layers, 2, batch, dim)
-
-    # Longest rows first, so the rows still running at any step are a prefix of the batch.
-    order = torch.argsort(lengths, descending=True, stable=True)
-    sorted_lengths = lengths[order]
-    positions = torch.arange(words, device=lengths.device)
-    max_length = int(sorted_lengths[0]) if batch else 0
-    batch_sizes = (sorted_lengths.unsqueeze(0) > positions[:max_length].unsqueeze(1)).sum(1).tolist()
-    reverse_index = reverse_words_index(sorted_lengths, words)  # (batch, words)
-
     # Each direction's words packed step by step (time-major), without the padding: the rows still running at step
-    # 0, then at step 1, ...
-    forward_words = word_index[order]  # (batch, words)
-    backward_words = forward_words.gather(1, reverse_index)  # (batch, words)
-    packed = (positions < sorted_lengths.unsqueeze(1)).t()  # (words, batch)
-    packed_words = torch.stack([forward_words, backward_words]).transpose(1, 2)[:, packed]  # (2, valid)
+    # 0, then at step 1, ... (rows sorted longest first).
+    steps = PackedSteps(lengths, words)
+    packed_words = steps.pack(word_index)  # (2, valid): each packed position's row of word_embeddings
 
     layer_outputs, final_cells, final_hiddens = [], [], []
     for index, layer in enumerate(encoder.layers):
@@ -121,32 +112,23 @@ def bilstm_forward(encoder, word_embeddings, word_index, lengths, lstm_states=No
             # The first layer's input depends on the word alone: its gate inputs are computed once per distinct
             # word, then picked for every position.
             gate_table = layer.input_gates(word_embeddings.expand(2, -1, -1))  # (2, distinct words, 4 * lstm_dim)
-            step_gate_inputs = (_pick_rows(gate_table, rows) for rows in packed_words.split(batch_sizes, dim=1))
+            step_gate_inputs = (_pick_rows(gate_table, rows) for rows in packed_words.split(steps.batch_sizes, dim=1))
         else:
-            step_gate_inputs = layer.input_gates(layer_input).split(batch_sizes, dim=1)  # steps x (2, active, 4 lstm)
-        initial_state = (cells[index][:, order], hiddens[index][:, order])
+            step_gate_inputs = layer.input_gates(layer_input).split(steps.batch_sizes, dim=1)  # (2, active, 4 lstm)
+        initial_state = (cells[index][:, steps.order], hiddens[index][:, steps.order])
         output, (cell, hidden) = packed_layer_forward(
-            layer, step_gate_inputs, batch_sizes, *initial_state, zero_state=lstm_states is None
+            layer, step_gate_inputs, steps.batch_sizes, *initial_state, zero_state=lstm_states is None
         )  # output: (2, valid words, projection_dim)
         if encoder.use_skip_connections and index > 0:
             output = output + layer_input
-        layer_outputs.append(output)
+        layer_outputs.append(steps.unpack(output))  # (batch, words, 2 * projection_dim), 0 at padded positions
         final_cells.append(cell)
         final_hiddens.append(hidden)
         layer_input = output
 
-    restore = torch.argsort(order)
-    results = []
-    for output in layer_outputs:
-        padded = output.new_zeros(2, words, batch, output.shape[-1])
-        padded[:, packed] = output
-        padded = padded.transpose(1, 2)  # (2, batch, words, projection_dim), 0 at padded positions
-        # reverse_index keeps padded positions in place, so they stay 0.
-        both = torch.cat([padded[0], gather_words(padded[1], reverse_index)], dim=-1)  # (batch, words, 2 * proj)
-        results.append(both[restore])
-    final_cells = torch.stack(final_cells)[:, :, restore]  # (layers, 2, batch, lstm_dim)
-    final_hiddens = torch.stack(final_hiddens)[:, :, restore]  # (layers, 2, batch, projection_dim)
-    return results, encoder.final_states(final_cells, final_hiddens, carried)
+    final_cells = torch.stack(final_cells)[:, :, steps.restore]  # (layers, 2, batch, lstm_dim)
+    final_hiddens = torch.stack(final_hiddens)[:, :, steps.restore]  # (layers, 2, batch, projection_dim)
+    return layer_outputs, encoder.final_states(final_cells, final_hiddens, carried)
 
 
 def packed_layer_forward(layer, step_gate_inputs, batch_sizes, cell, hidden, zero_state=False):
