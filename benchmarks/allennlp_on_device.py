@@ -36,12 +36,11 @@ def main(argv=None):
 
     sys.path.insert(0, str(args.peer_dir))
     import allennlp_elmo_shim  # noqa: F401  (registers allennlp.modules before any allennlp import)
+    import benchlib
     import numpy as np
     import torch
-
-    import benchlib
-    from workload import make_workload
     from allennlp.modules.elmo import Elmo, batch_to_ids
+    from workload import make_workload
 
     torch.set_num_threads(args.threads)
     # Exact float32, as our side: cuDNN's convolutions (allennlp's char CNN) default to TF32 on recent GPUs, which
@@ -50,8 +49,17 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False
     device = torch.device(args.device)
     start = time.perf_counter()
-    elmo = Elmo(str(args.model_dir / "options.json"), str(args.model_dir / "weights.hdf5"), num_output_representations=1,
-                dropout=0.0, requires_grad=False).eval().to(device)
+    elmo = (
+        Elmo(
+            str(args.model_dir / "options.json"),
+            str(args.model_dir / "weights.hdf5"),
+            num_output_representations=1,
+            dropout=0.0,
+            requires_grad=False,
+        )
+        .eval()
+        .to(device)
+    )
     load_seconds = time.perf_counter() - start
     stateful_lstm = elmo._elmo_lstm._elmo_lstm  # allennlp carries the LSTM state between calls; reset() zeroes it
 
@@ -72,8 +80,15 @@ def main(argv=None):
         layers = torch.stack(activations)[:, :, 1:-1].cpu().numpy()  # (layers, batch, words, dim), boundaries cut
         lengths = np.array([len(sentence) for sentence in sentences[:CHECK_SENTENCES]])
         np.savez(args.dump_ref, layers=layers, lengths=lengths)
-    results = benchlib.run_suite(prep, embed, reset, sentences, reps=args.reps, batch_size=args.batch_size,
-                                 log=lambda message: print(message, flush=True))
+    results = benchlib.run_suite(
+        prep,
+        embed,
+        reset,
+        sentences,
+        reps=args.reps,
+        batch_size=args.batch_size,
+        log=lambda message: print(message, flush=True),
+    )
     results.update({"impl": f"allennlp Elmo on {device}", "load_s": load_seconds, "env": benchlib.env_info()})
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))

@@ -67,12 +67,12 @@ def worker(args):
     """Runs in a fresh process: load our converted checkpoint, dump the check vectors, run the timing suite."""
     sys.path.insert(0, str(args.peer_dir))
     sys.path.insert(0, str(REPO_ROOT))
+    import benchlib
     import numpy as np
     import torch
-
-    import benchlib
-    from elmo_hf import ElmoModel, ElmoTokenizer
     from workload import make_workload
+
+    from elmo_hf import ElmoModel, ElmoTokenizer
 
     torch.set_num_threads(args.threads)
     model = ElmoModel.from_pretrained(args.worker).eval()
@@ -97,8 +97,15 @@ def worker(args):
         # (layers, batch, words, dim), boundaries cut
         np.save(args.dump, torch.stack(layers)[:, :, 1:-1].float().cpu().numpy())
 
-    results = benchlib.run_suite(prep, embed, lambda: None, sentences, reps=args.reps, batch_size=args.batch_size,
-                                 log=lambda message: print(message, flush=True))
+    results = benchlib.run_suite(
+        prep,
+        embed,
+        lambda: None,
+        sentences,
+        reps=args.reps,
+        batch_size=args.batch_size,
+        log=lambda message: print(message, flush=True),
+    )
     results["env"] = benchlib.env_info()
     with open(args.json, "w") as output:
         json.dump(results, output, indent=1)
@@ -107,9 +114,25 @@ def worker(args):
 def run_ours(args, checkpoint, json_path, dump_path=None, single_sentences=False):
     """Our worker process: the main workload, or with `single_sentences` one sentence at a time (see above); the
     check vectors go to `dump_path` when given."""
-    command = [sys.executable, __file__, "--worker", str(checkpoint), "--json", str(json_path),
-               "--reps", str(args.reps), "--threads", str(args.threads), "--peer-dir", str(args.peer_dir),
-               "--variant", args.variant, "--device", args.device, *_workload_arguments(args, single_sentences)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        str(checkpoint),
+        "--json",
+        str(json_path),
+        "--reps",
+        str(args.reps),
+        "--threads",
+        str(args.threads),
+        "--peer-dir",
+        str(args.peer_dir),
+        "--variant",
+        args.variant,
+        "--device",
+        args.device,
+        *_workload_arguments(args, single_sentences),
+    ]
     if dump_path is not None:
         command += ["--dump", str(dump_path)]
     subprocess.run(command, check=True, env=_environment(args))
@@ -121,11 +144,25 @@ def run_peer(args, model_dir, json_path, dump_path=None, single_sentences=False,
     check vectors go to `dump_path` when given."""
     script = [str(args.peer_dir / PEER_SCRIPTS[peer])]
     if args.device != "cpu":  # the shared peer scripts run on the CPU; ours runs allennlp on the device
-        script = [str(REPO_ROOT / "benchmarks" / "allennlp_on_device.py"), "--peer-dir", str(args.peer_dir),
-                  "--device", args.device]
-    command = [str(peer_venvs(args)[peer] / "bin" / "python"), *script, str(model_dir),
-               "--json", str(json_path), "--reps", str(args.reps), "--threads", str(args.threads),
-               *_workload_arguments(args, single_sentences)]
+        script = [
+            str(REPO_ROOT / "benchmarks" / "allennlp_on_device.py"),
+            "--peer-dir",
+            str(args.peer_dir),
+            "--device",
+            args.device,
+        ]
+    command = [
+        str(peer_venvs(args)[peer] / "bin" / "python"),
+        *script,
+        str(model_dir),
+        "--json",
+        str(json_path),
+        "--reps",
+        str(args.reps),
+        "--threads",
+        str(args.threads),
+        *_workload_arguments(args, single_sentences),
+    ]
     if dump_path is not None:
         command += ["--dump-ref", str(dump_path)]
     subprocess.run(command, check=True, env=_environment(args))
@@ -141,9 +178,21 @@ def peer_venvs(args):
 def measure_roofs(args, size, source, reading):
     """This machine's roofs for the size's configuration (roofline.py, in its own process); `reading` names the file."""
     json_path = args.work_dir / f"{size}-roofs-{reading}.json"
-    subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "roofline.py"), str(source / "options.json"),
-                    "--threads", str(args.threads), "--device", args.device, "--json", str(json_path)], check=True,
-                   env=_environment(args))
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "benchmarks" / "roofline.py"),
+            str(source / "options.json"),
+            "--threads",
+            str(args.threads),
+            "--device",
+            args.device,
+            "--json",
+            str(json_path),
+        ],
+        check=True,
+        env=_environment(args),
+    )
     return json.loads(json_path.read_text())
 
 
@@ -154,9 +203,15 @@ def best_roofs(readings):
 
     compute = max((reading["compute"] for reading in readings), key=lambda roof: roof["words_per_s"])
     memory = max((reading["memory"] for reading in readings), key=lambda roof: roof["words_per_s"])
-    return {**readings[0], "compute": compute, "memory": memory, "sentence": sentence_roof(compute, memory),
-            "readings_words_per_s": {kind: [reading[kind]["words_per_s"] for reading in readings]
-                                     for kind in ("compute", "memory", "sentence")}}
+    return {
+        **readings[0],
+        "compute": compute,
+        "memory": memory,
+        "sentence": sentence_roof(compute, memory),
+        "readings_words_per_s": {
+            kind: [reading[kind]["words_per_s"] for reading in readings] for kind in ("compute", "memory", "sentence")
+        },
+    }
 
 
 def _workload_arguments(args, single_sentences):
@@ -209,37 +264,47 @@ def prepare(args, size):
 
     source = args.work_dir / size
     if not (source / "weights.hdf5").is_file():
-        subprocess.run([sys.executable, str(args.peer_dir / "make_random_elmo.py"), str(source), *SIZES[size]],
-                       check=True)
+        subprocess.run(
+            [sys.executable, str(args.peer_dir / "make_random_elmo.py"), str(source), *SIZES[size]], check=True
+        )
     checkpoint = args.work_dir / f"{size}-hf"
     if not (checkpoint / "model.safetensors").is_file():
         model, _, report = convert_hdf5(source / "options.json", source / "weights.hdf5")
         model.save_pretrained(checkpoint)
-        print(f"{size}: converted, max difference to bilm-tf's arithmetic "
-              f"{report['verification_max_abs_difference']:.2e}", flush=True)
+        print(
+            f"{size}: converted, max difference to bilm-tf's arithmetic "
+            f"{report['verification_max_abs_difference']:.2e}",
+            flush=True,
+        )
     return source, checkpoint
 
 
 def report_size(size, ours, peers, differences, variant, roofs):
     """Print a size's table: words/s per mode and side, our fraction of the mode's roof, the ratios against each
     peer whose vectors matched ours; returns {peer: {mode: ratio}} for those peers."""
-    lines = [f"\n== {size} ==",
-             f"{'mode':9s} {'impl':9s} {'words/s':>8s} {'rounds':>17s} {'p50 ms':>8s} {'max ms':>8s} "
-             f"{'mean ms':>8s} {'peak RSS MB':>11s}"]
+    lines = [
+        f"\n== {size} ==",
+        f"{'mode':9s} {'impl':9s} {'words/s':>8s} {'rounds':>17s} {'p50 ms':>8s} {'max ms':>8s} "
+        f"{'mean ms':>8s} {'peak RSS MB':>11s}",
+    ]
     counted = {name: variant != "fp32" or differences[name] <= ATOL for name in peers}
     ratios = {name: {} for name in peers if counted[name]}
     for mode in MODES:
         for name, result in (("elmo_hf", ours), *peers.items()):
             summary = result[mode]
             rounds = "/".join(f"{value:.0f}" for value in summary["rounds_tok_per_s"])
-            lines.append(f"{mode:9s} {name:9s} {summary['tok_per_s']:8.1f} {rounds:>17s} "
-                         f"{summary['batch_p50_ms']:8.1f} {summary['batch_max_ms']:8.1f} "
-                         f"{summary['batch_mean_ms']:8.1f} {summary['peak_rss_mb']:11.0f}")
+            lines.append(
+                f"{mode:9s} {name:9s} {summary['tok_per_s']:8.1f} {rounds:>17s} "
+                f"{summary['batch_p50_ms']:8.1f} {summary['batch_max_ms']:8.1f} "
+                f"{summary['batch_mean_ms']:8.1f} {summary['peak_rss_mb']:11.0f}"
+            )
         for kind in (ROOF_OF_MODE[mode], "sentence") if mode == "batch1" else (ROOF_OF_MODE[mode],):
             roof = roofs[kind]["words_per_s"]
             readings = "/".join(f"{value:.0f}" for value in roofs["readings_words_per_s"][kind])
-            lines.append(f"{mode:9s} elmo_hf at {ours[mode]['tok_per_s'] / roof:.0%} of the {kind} roof "
-                         f"({roof:.0f} words/s; read {readings} before/after the timings)")
+            lines.append(
+                f"{mode:9s} elmo_hf at {ours[mode]['tok_per_s'] / roof:.0%} of the {kind} roof "
+                f"({roof:.0f} words/s; read {readings} before/after the timings)"
+            )
         for name, peer in peers.items():
             if not counted[name]:
                 continue
@@ -248,11 +313,15 @@ def report_size(size, ours, peers, differences, variant, roofs):
             lines.append(f"{mode:9s} ratio to {name}: {ratios[name][mode]:.2f}x words/s, peak RSS {rss:.2f}x")
     for name, difference in differences.items():
         if variant != "fp32":
-            lines.append(f"max |elmo_hf {variant} - {name} fp32| over all layers, {CHECK_SENTENCES} sentences: "
-                         f"{difference:.2e} (the variant's deviation from the exact path)")
+            lines.append(
+                f"max |elmo_hf {variant} - {name} fp32| over all layers, {CHECK_SENTENCES} sentences: "
+                f"{difference:.2e} (the variant's deviation from the exact path)"
+            )
         else:
-            lines.append(f"max |elmo_hf - {name}| over all layers, {CHECK_SENTENCES} sentences: {difference:.2e} "
-                         f"({'OK' if counted[name] else 'FAIL: its timings are not counted'} at atol {ATOL})")
+            lines.append(
+                f"max |elmo_hf - {name}| over all layers, {CHECK_SENTENCES} sentences: {difference:.2e} "
+                f"({'OK' if counted[name] else 'FAIL: its timings are not counted'} at atol {ATOL})"
+            )
     print("\n".join(lines), flush=True)
     return ratios
 
@@ -266,9 +335,11 @@ def single_sentence_processes(args, size, source, checkpoint):
     if args.peer_venv is not None:
         peer = run_peer(args, source, args.work_dir / f"{size}-peer-single.json", single_sentences=True)["batch1"]
         result["allennlp"] = peer
-        line += (f"; allennlp {peer['tok_per_s']:.1f} words/s, peak RSS {peer['peak_rss_mb']:.0f} MB; ratio "
-                 f"{ours['tok_per_s'] / peer['tok_per_s']:.2f}x words/s, peak RSS "
-                 f"{ours['peak_rss_mb'] / peer['peak_rss_mb']:.2f}x")
+        line += (
+            f"; allennlp {peer['tok_per_s']:.1f} words/s, peak RSS {peer['peak_rss_mb']:.0f} MB; ratio "
+            f"{ours['tok_per_s'] / peer['tok_per_s']:.2f}x words/s, peak RSS "
+            f"{ours['peak_rss_mb'] / peer['peak_rss_mb']:.2f}x"
+        )
     print(line, flush=True)
     return result
 
@@ -279,22 +350,45 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=3, help="repetitions per mode inside one process (median kept)")
     parser.add_argument("--rounds", type=int, default=1, help="alternating process rounds per side (best kept)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--n-sent", type=int, default=512,
-                        help="first N sentences of the shared workload (make_workload(N, seed=0) is a prefix of it)")
-    parser.add_argument("--omp-wait", choices=["PASSIVE", "ACTIVE"], default=None,
-                        help="OMP_WAIT_POLICY for both sides; PASSIVE stops idle OpenMP threads spinning, which "
-                             "on an oversubscribed machine slows every 2-thread op several-fold")
-    parser.add_argument("--single-sentence-process", action="store_true",
-                        help="also time, per size and side, a process that only embeds single sentences (see above)")
+    parser.add_argument(
+        "--n-sent",
+        type=int,
+        default=512,
+        help="first N sentences of the shared workload (make_workload(N, seed=0) is a prefix of it)",
+    )
+    parser.add_argument(
+        "--omp-wait",
+        choices=["PASSIVE", "ACTIVE"],
+        default=None,
+        help="OMP_WAIT_POLICY for both sides; PASSIVE stops idle OpenMP threads spinning, which "
+        "on an oversubscribed machine slows every 2-thread op several-fold",
+    )
+    parser.add_argument(
+        "--single-sentence-process",
+        action="store_true",
+        help="also time, per size and side, a process that only embeds single sentences (see above)",
+    )
     parser.add_argument("--device", default="cpu", help="our side's device, e.g. cuda (see above)")
-    parser.add_argument("--variant", choices=VARIANTS, default="fp32",
-                        help="our side's mode: the exact float32 path, or an optional faster one (see above)")
+    parser.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        default="fp32",
+        help="our side's mode: the exact float32 path, or an optional faster one (see above)",
+    )
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
     parser.add_argument("--peer-dir", type=pathlib.Path, default=REPO_ROOT.parent / "shared" / "peer")
-    parser.add_argument("--peer-venv", type=pathlib.Path, default=None,
-                        help="venv made by the peer's setup_peervenv.sh (allennlp); without it allennlp is not timed")
-    parser.add_argument("--bilmtf-venv", type=pathlib.Path, default=None,
-                        help="venv made by the peer's setup_bilmtf_venv.sh (bilm-tf); without it bilm-tf is not timed")
+    parser.add_argument(
+        "--peer-venv",
+        type=pathlib.Path,
+        default=None,
+        help="venv made by the peer's setup_peervenv.sh (allennlp); without it allennlp is not timed",
+    )
+    parser.add_argument(
+        "--bilmtf-venv",
+        type=pathlib.Path,
+        default=None,
+        help="venv made by the peer's setup_bilmtf_venv.sh (bilm-tf); without it bilm-tf is not timed",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
     parser.add_argument("--dump", help=argparse.SUPPRESS)
@@ -324,8 +418,10 @@ def main(argv=None):
 
         all_results["accelerator"] = f"{torch.cuda.get_device_name(args.device)}, torch {torch.__version__}"
         print(f"accelerator: {all_results['accelerator']}", flush=True)
-    print(f"machine at start: {all_results['machine_at_start']}; elmo_hf variant: {args.variant} on {args.device}",
-          flush=True)
+    print(
+        f"machine at start: {all_results['machine_at_start']}; elmo_hf variant: {args.variant} on {args.device}",
+        flush=True,
+    )
     for size in args.sizes:
         source, checkpoint = prepare(args, size)
         print(f"{size}: measuring this machine's roofs", flush=True)
@@ -333,31 +429,48 @@ def main(argv=None):
         ours_rounds, peer_rounds = [], {name: [] for name in peer_venvs(args)}
         for index in range(args.rounds):
             print(f"{size}: elmo_hf round {index}", flush=True)
-            ours_rounds.append(run_ours(args, checkpoint, args.work_dir / f"{size}-ours.json",
-                                        args.work_dir / f"{size}-ours.npy"))
+            ours_rounds.append(
+                run_ours(args, checkpoint, args.work_dir / f"{size}-ours.json", args.work_dir / f"{size}-ours.npy")
+            )
             for name, rounds in peer_rounds.items():
                 print(f"{size}: {name} round {index}", flush=True)
-                rounds.append(run_peer(args, source, args.work_dir / f"{size}-{name}.json",
-                                       args.work_dir / f"{size}-{name}.npz", peer=name))
+                rounds.append(
+                    run_peer(
+                        args,
+                        source,
+                        args.work_dir / f"{size}-{name}.json",
+                        args.work_dir / f"{size}-{name}.npz",
+                        peer=name,
+                    )
+                )
         print(f"{size}: measuring this machine's roofs again", flush=True)
         readings.append(measure_roofs(args, size, source, "after"))
         roofs = best_roofs(readings)
         ours = best_of(ours_rounds)
         peers = {name: best_of(rounds) for name, rounds in peer_rounds.items()}
-        differences = {name: max_difference(args.work_dir / f"{size}-ours.npy", args.work_dir / f"{size}-{name}.npz")
-                       for name in peers}
+        differences = {
+            name: max_difference(args.work_dir / f"{size}-ours.npy", args.work_dir / f"{size}-{name}.npz")
+            for name in peers
+        }
         ratios = report_size(size, ours, peers, differences, args.variant, roofs)
-        all_results[size] = {"elmo_hf": ours, **peers, "max_abs_difference": differences, "ratios": ratios,
-                             "roofs": roofs,
-                             "fraction_of_roof": {mode: ours[mode]["tok_per_s"] / roofs[ROOF_OF_MODE[mode]]["words_per_s"]
-                                                  for mode in MODES},
-                             "batch1_fraction_of_sentence_roof": ours["batch1"]["tok_per_s"]
-                             / roofs["sentence"]["words_per_s"]}
+        all_results[size] = {
+            "elmo_hf": ours,
+            **peers,
+            "max_abs_difference": differences,
+            "ratios": ratios,
+            "roofs": roofs,
+            "fraction_of_roof": {
+                mode: ours[mode]["tok_per_s"] / roofs[ROOF_OF_MODE[mode]]["words_per_s"] for mode in MODES
+            },
+            "batch1_fraction_of_sentence_roof": ours["batch1"]["tok_per_s"] / roofs["sentence"]["words_per_s"],
+        }
         if args.single_sentence_process:
             all_results[size]["single_sentence_process"] = single_sentence_processes(args, size, source, checkpoint)
     all_results["machine_at_end"] = machine_line()
-    print(f"\nmachine at end: {all_results['machine_at_end']}; torch: {ours_rounds[0]['env']}, "
-          f"OMP_WAIT_POLICY={args.omp_wait}; json: {args.work_dir / 'results.json'}")
+    print(
+        f"\nmachine at end: {all_results['machine_at_end']}; torch: {ours_rounds[0]['env']}, "
+        f"OMP_WAIT_POLICY={args.omp_wait}; json: {args.work_dir / 'results.json'}"
+    )
     with open(args.work_dir / "results.json", "w") as output:
         json.dump(all_results, output, indent=1)
 

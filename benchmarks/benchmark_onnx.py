@@ -27,12 +27,12 @@ SIDES = ("elmo_hf", "onnxruntime")
 def worker(args):
     """Runs in a fresh process: one side's check vectors and timing suite."""
     sys.path.insert(0, str(args.peer_dir))
+    import benchlib
     import numpy as np
     import torch
-
-    import benchlib
-    from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
     from workload import make_workload
+
+    from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
 
     torch.set_num_threads(args.threads)
     config = ElmoConfig.from_pretrained(args.checkpoint)
@@ -70,8 +70,9 @@ def worker(args):
     sentences = make_workload(args.n_sent, seed=0)
     with torch.inference_mode():
         np.save(args.dump, np.asarray(layers(prep(sentences[:CHECK_SENTENCES])))[:, :, 1:-1])  # boundaries cut
-    results = benchlib.run_suite(prep, embed, lambda: None, sentences, reps=args.reps,
-                                 log=lambda message: print(message, flush=True))
+    results = benchlib.run_suite(
+        prep, embed, lambda: None, sentences, reps=args.reps, log=lambda message: print(message, flush=True)
+    )
     results["env"] = benchlib.env_info()
     with open(args.json, "w") as output:
         json.dump(results, output, indent=1)
@@ -79,9 +80,28 @@ def worker(args):
 
 def run_side(args, side, checkpoint, onnx_dir):
     json_path, dump_path = args.work_dir / f"onnx-{side}.json", args.work_dir / f"onnx-{side}.npy"
-    command = [sys.executable, __file__, "--worker", side, "--checkpoint", str(checkpoint), "--onnx-dir",
-               str(onnx_dir), "--json", str(json_path), "--dump", str(dump_path), "--reps", str(args.reps),
-               "--threads", str(args.threads), "--n-sent", str(args.n_sent), "--peer-dir", str(args.peer_dir)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        side,
+        "--checkpoint",
+        str(checkpoint),
+        "--onnx-dir",
+        str(onnx_dir),
+        "--json",
+        str(json_path),
+        "--dump",
+        str(dump_path),
+        "--reps",
+        str(args.reps),
+        "--threads",
+        str(args.threads),
+        "--n-sent",
+        str(args.n_sent),
+        "--peer-dir",
+        str(args.peer_dir),
+    ]
     if args.omp_wait is not None:
         command += ["--omp-wait", args.omp_wait]
     subprocess.run(command, check=True, env=benchmark_elmo._environment(args))
@@ -100,9 +120,13 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=3, help="repetitions per mode inside one process (median kept)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads, and onnxruntime's intra-op threads")
     parser.add_argument("--n-sent", type=int, default=512, help="first N sentences of the shared workload")
-    parser.add_argument("--omp-wait", choices=["PASSIVE", "ACTIVE"], default=None,
-                        help="OMP_WAIT_POLICY for our side; PASSIVE also stops onnxruntime's idle threads spinning "
-                             "(on an oversubscribed machine spinning threads slow every op)")
+    parser.add_argument(
+        "--omp-wait",
+        choices=["PASSIVE", "ACTIVE"],
+        default=None,
+        help="OMP_WAIT_POLICY for our side; PASSIVE also stops onnxruntime's idle threads spinning "
+        "(on an oversubscribed machine spinning threads slow every op)",
+    )
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
     parser.add_argument("--peer-dir", type=pathlib.Path, default=REPO_ROOT.parent / "shared" / "peer")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
@@ -133,17 +157,23 @@ def main(argv=None):
     import numpy as np
 
     difference = float(np.abs(np.load(dumps["onnxruntime"]) - np.load(dumps["elmo_hf"])).max())
-    lines = [f"\n== {args.size}, {args.threads} threads, {args.n_sent} sentences, OMP_WAIT_POLICY={args.omp_wait} ==",
-             f"{'mode':9s} {'impl':12s} {'words/s':>8s} {'p50 ms':>8s} {'max ms':>8s} {'peak RSS MB':>11s}"]
+    lines = [
+        f"\n== {args.size}, {args.threads} threads, {args.n_sent} sentences, OMP_WAIT_POLICY={args.omp_wait} ==",
+        f"{'mode':9s} {'impl':12s} {'words/s':>8s} {'p50 ms':>8s} {'max ms':>8s} {'peak RSS MB':>11s}",
+    ]
     for mode in MODES:
         for side in SIDES:
             summary = results[side][mode]
-            lines.append(f"{mode:9s} {side:12s} {summary['tok_per_s']:8.1f} {summary['batch_p50_ms']:8.1f} "
-                         f"{summary['batch_max_ms']:8.1f} {summary['peak_rss_mb']:11.0f}")
+            lines.append(
+                f"{mode:9s} {side:12s} {summary['tok_per_s']:8.1f} {summary['batch_p50_ms']:8.1f} "
+                f"{summary['batch_max_ms']:8.1f} {summary['peak_rss_mb']:11.0f}"
+            )
         ratio = results["onnxruntime"][mode]["tok_per_s"] / results["elmo_hf"][mode]["tok_per_s"]
         lines.append(f"{mode:9s} ratio        onnxruntime / elmo_hf = {ratio:.2f}x words/s")
-    lines.append(f"max |onnxruntime - elmo_hf| over all layers, {CHECK_SENTENCES} sentences: {difference:.2e} "
-                 "(padded positions included)")
+    lines.append(
+        f"max |onnxruntime - elmo_hf| over all layers, {CHECK_SENTENCES} sentences: {difference:.2e} "
+        "(padded positions included)"
+    )
     lines.append(f"machine at end: {benchmark_elmo.machine_line()}; torch: {results['elmo_hf']['env']}")
     print("\n".join(lines), flush=True)
     summary = {"cpu": cpu_model(), "results": results, "max_abs_difference": difference}

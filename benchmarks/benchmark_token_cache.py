@@ -43,7 +43,10 @@ def main():
     rng = np.random.default_rng(0)
     # Word lengths 2 to 12 letters, like running text.
     vocabulary = sorted(
-        {"".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), size=rng.integers(2, 13))) for _ in range(args.vocabulary)}
+        {
+            "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), size=rng.integers(2, 13)))
+            for _ in range(args.vocabulary)
+        }
     )
     sentences = [list(rng.choice(vocabulary, size=args.words_per_sentence)) for _ in range(args.sentences)]
     tokens = args.sentences * args.words_per_sentence

@@ -37,10 +37,17 @@ CONFIGS = {
     "larger": {"lstm_dim": 1024, "projection_dim": 256},
 }
 SHARED = {  # the rest of the shipped model's configuration
-    "char_embedding_dim": 16, "filters": [[width, 25 * width] for width in range(1, 7)], "num_highway_layers": 1,
-    "num_lstm_layers": 2, "max_characters_per_token": 20, "cell_clip": 3.0, "proj_clip": 3.0,
-    "use_skip_connections": True, "num_sampled_negatives": 1024, "pretraining_dropout": 0.15,
-}  # fmt: skip
+    "char_embedding_dim": 16,
+    "filters": [[width, 25 * width] for width in range(1, 7)],
+    "num_highway_layers": 1,
+    "num_lstm_layers": 2,
+    "max_characters_per_token": 20,
+    "cell_clip": 3.0,
+    "proj_clip": 3.0,
+    "use_skip_connections": True,
+    "num_sampled_negatives": 1024,
+    "pretraining_dropout": 0.15,
+}
 VOCAB_SIZE = 10002  # PTB's 10,000 words (with <unk>) + <S>, </S>, <UNK>
 
 
@@ -64,8 +71,9 @@ def worker(args):
     vocabulary = json.loads(pathlib.Path(args.vocabulary).read_text(encoding="utf-8"))
     word_ids = {word: index for index, word in enumerate(vocabulary)}
     torch.manual_seed(0)
-    config = ElmoConfig(**{**SHARED, "pretraining_dropout": args.dropout}, **CONFIGS[args.config],
-                        vocab_size=len(vocabulary))
+    config = ElmoConfig(
+        **{**SHARED, "pretraining_dropout": args.dropout}, **CONFIGS[args.config], vocab_size=len(vocabulary)
+    )
     model = ElmoForPreTraining(config).train()
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
@@ -105,11 +113,19 @@ def training_flops_per_word(config_name, mean_words):
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     from roofline import products_per_word
 
-    options = {"char_cnn": {"max_characters_per_token": SHARED["max_characters_per_token"],
-                            "embedding": {"dim": SHARED["char_embedding_dim"]}, "filters": SHARED["filters"],
-                            "n_highway": SHARED["num_highway_layers"]},
-               "lstm": {"projection_dim": CONFIGS[config_name]["projection_dim"], "dim": CONFIGS[config_name]["lstm_dim"],
-                        "n_layers": SHARED["num_lstm_layers"]}}  # fmt: skip
+    options = {
+        "char_cnn": {
+            "max_characters_per_token": SHARED["max_characters_per_token"],
+            "embedding": {"dim": SHARED["char_embedding_dim"]},
+            "filters": SHARED["filters"],
+            "n_highway": SHARED["num_highway_layers"],
+        },
+        "lstm": {
+            "projection_dim": CONFIGS[config_name]["projection_dim"],
+            "dim": CONFIGS[config_name]["lstm_dim"],
+            "n_layers": SHARED["num_lstm_layers"],
+        },
+    }
     forward = sum(flops for _, flops, *_ in products_per_word(options))
     softmax = 2 * 2.0 * CONFIGS[config_name]["projection_dim"] * (SHARED["num_sampled_negatives"] + 1)
     return 3 * (forward + softmax) * (mean_words + 2) / mean_words, options
@@ -119,10 +135,22 @@ def bilm_tf_tokens_per_s(args, config_name, vocabulary):
     """bilm-tf's trainer (bilm_tf_training.py, run by --bilmtf-venv's python) on the same PTB text and vocabulary."""
     vocab_file = args.work_dir / "vocab.txt"
     vocab_file.write_text("".join(word + "\n" for word in vocabulary), encoding="utf-8")
-    command = [str(args.bilmtf_venv / "bin" / "python"), str(REPO_ROOT / "benchmarks" / "bilm_tf_training.py"),
-               "--train-file", str(args.work_dir / "ptb" / "train.txt"), "--vocab-file", str(vocab_file),
-               "--config", config_name, "--batches", str(args.bilmtf_batches), "--threads", str(args.threads),
-               "--work-dir", str(args.work_dir / "bilm-tf")]  # fmt: skip
+    command = [
+        str(args.bilmtf_venv / "bin" / "python"),
+        str(REPO_ROOT / "benchmarks" / "bilm_tf_training.py"),
+        "--train-file",
+        str(args.work_dir / "ptb" / "train.txt"),
+        "--vocab-file",
+        str(vocab_file),
+        "--config",
+        config_name,
+        "--batches",
+        str(args.bilmtf_batches),
+        "--threads",
+        str(args.threads),
+        "--work-dir",
+        str(args.work_dir / "bilm-tf"),
+    ]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
@@ -131,30 +159,46 @@ def checkout(revision, work_dir):
     """A worktree of `revision` under work_dir (made once), or the repository itself for the working tree ('.')."""
     if revision == ".":
         return REPO_ROOT
-    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", revision], check=True,
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", revision], check=True, capture_output=True, text=True
+    ).stdout.strip()
     path = work_dir / f"rev-{commit}"
     if not path.exists():
-        subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(path), commit], check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(path), commit],
+            check=True,
+            capture_output=True,
+        )
     return path
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--revisions", nargs="+", default=["."],
-                        help="git revisions to time ('.' is the working tree); the first is 'new', the others 'old'")
+    parser.add_argument(
+        "--revisions",
+        nargs="+",
+        default=["."],
+        help="git revisions to time ('.' is the working tree); the first is 'new', the others 'old'",
+    )
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--steps", type=int, default=60, help="timed steps (after --warmup untimed ones)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--dropout", type=float, default=SHARED["pretraining_dropout"],
-                        help="pretraining_dropout; 0 makes the revisions' loss curves comparable step by step (their "
-                             "dropout masks are drawn over differently shaped tensors)")
-    parser.add_argument("--batching", choices=["file-order", "length-grouped"], default="file-order",
-                        help="batches of consecutive sentences, or run_bilm_pretraining's length-grouped batches "
-                             "(--train_sampling_strategy group_by_length); every revision gets the same batches")
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=SHARED["pretraining_dropout"],
+        help="pretraining_dropout; 0 makes the revisions' loss curves comparable step by step (their "
+        "dropout masks are drawn over differently shaped tensors)",
+    )
+    parser.add_argument(
+        "--batching",
+        choices=["file-order", "length-grouped"],
+        default="file-order",
+        help="batches of consecutive sentences, or run_bilm_pretraining's length-grouped batches "
+        "(--train_sampling_strategy group_by_length); every revision gets the same batches",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-train-bench"))
     parser.add_argument("--json", type=pathlib.Path, help="write every figure here")
@@ -193,12 +237,23 @@ def main(argv=None):
     batches = [sentences[start : start + args.batch_size] for start in range(0, len(sentences), args.batch_size)]
     padded = sum(len(batch) * (max(map(len, batch)) + 2) for batch in batches)  # positions, boundaries included
     padding = padded / sum(len(words) + 2 for words in sentences)
-    print(f"CPU: {cpu}, {os.cpu_count()} cores, {args.threads} threads; batch {args.batch_size}, {args.steps} steps "
-          f"(+{args.warmup} untimed), {mean_words:.1f} words per sentence, {args.batching} batches "
-          f"({padding:.2f} padded positions per word)", flush=True)
-    results = {"cpu": cpu, "threads": args.threads, "batch_size": args.batch_size, "steps": args.steps,
-               "batching": args.batching, "dropout": args.dropout, "padded_per_word": padding,
-               "revisions": args.revisions, "configs": {}}  # fmt: skip
+    print(
+        f"CPU: {cpu}, {os.cpu_count()} cores, {args.threads} threads; batch {args.batch_size}, {args.steps} steps "
+        f"(+{args.warmup} untimed), {mean_words:.1f} words per sentence, {args.batching} batches "
+        f"({padding:.2f} padded positions per word)",
+        flush=True,
+    )
+    results = {
+        "cpu": cpu,
+        "threads": args.threads,
+        "batch_size": args.batch_size,
+        "steps": args.steps,
+        "batching": args.batching,
+        "dropout": args.dropout,
+        "padded_per_word": padding,
+        "revisions": args.revisions,
+        "configs": {},
+    }
     paths = {revision: checkout(revision, args.work_dir) for revision in args.revisions}
     for config_name in args.configs:
         flops_per_word, options = training_flops_per_word(config_name, mean_words)
@@ -210,33 +265,57 @@ def main(argv=None):
         runs = {revision: [] for revision in args.revisions}
         for index in range(args.rounds):
             for revision, path in paths.items():
-                command = [sys.executable, __file__, "--worker", "--config", config_name, "--steps", str(args.steps),
-                           "--dropout", str(args.dropout),
-                           "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
-                           "--threads", str(args.threads), "--sentences", str(args.work_dir / "sentences.json"),
-                           "--vocabulary", str(args.work_dir / "vocabulary.json")]  # fmt: skip
+                command = [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    "--config",
+                    config_name,
+                    "--steps",
+                    str(args.steps),
+                    "--dropout",
+                    str(args.dropout),
+                    "--warmup",
+                    str(args.warmup),
+                    "--batch-size",
+                    str(args.batch_size),
+                    "--threads",
+                    str(args.threads),
+                    "--sentences",
+                    str(args.work_dir / "sentences.json"),
+                    "--vocabulary",
+                    str(args.work_dir / "vocabulary.json"),
+                ]
                 environment = {**os.environ, "PYTHONPATH": str(path)}
                 output = subprocess.run(command, check=True, capture_output=True, text=True, env=environment).stdout
                 runs[revision].append(json.loads(output.strip().splitlines()[-1]))
                 latest = runs[revision][-1]
-                print(f"{config_name} {revision} round {index}: {latest['words'] / latest['seconds']:.0f} words/s",
-                      flush=True)
+                print(
+                    f"{config_name} {revision} round {index}: {latest['words'] / latest['seconds']:.0f} words/s",
+                    flush=True,
+                )
         figures = {}
         for revision, rounds in runs.items():
             best = min(rounds, key=lambda run: run["seconds"])
             words_per_s = best["words"] / best["seconds"]
             figures[revision] = {
-                "words_per_s": words_per_s, "tokens_per_s": best["tokens"] / best["seconds"],
+                "words_per_s": words_per_s,
+                "tokens_per_s": best["tokens"] / best["seconds"],
                 "gflop_per_s": words_per_s * flops_per_word / 1e9,
                 "fraction_of_gemm_rate": words_per_s * flops_per_word / (peak * 1e9),
-                "rounds_words_per_s": [run["words"] / run["seconds"] for run in rounds], "losses": best["losses"],
-            }  # fmt: skip
+                "rounds_words_per_s": [run["words"] / run["seconds"] for run in rounds],
+                "losses": best["losses"],
+            }
         new = args.revisions[0]
-        print(f"\n== {config_name}: {flops_per_word / 1e6:.1f} MFLOP per word trained; best GEMM rate on its shapes "
-              f"{peak:.0f} GFLOP/s ==")
+        print(
+            f"\n== {config_name}: {flops_per_word / 1e6:.1f} MFLOP per word trained; best GEMM rate on its shapes "
+            f"{peak:.0f} GFLOP/s =="
+        )
         for revision, figure in figures.items():
-            line = (f"{revision:>10s}: {figure['words_per_s']:7.0f} words/s ({figure['tokens_per_s']:.0f} tokens/s), "
-                    f"{figure['gflop_per_s']:.1f} GFLOP/s = {figure['fraction_of_gemm_rate']:.1%} of the GEMM rate")
+            line = (
+                f"{revision:>10s}: {figure['words_per_s']:7.0f} words/s ({figure['tokens_per_s']:.0f} tokens/s), "
+                f"{figure['gflop_per_s']:.1f} GFLOP/s = {figure['fraction_of_gemm_rate']:.1%} of the GEMM rate"
+            )
             if revision != new:
                 ratio = figures[new]["words_per_s"] / figure["words_per_s"]
                 difference = max(abs(a - b) for a, b in zip(figures[new]["losses"], figure["losses"]))
@@ -244,15 +323,21 @@ def main(argv=None):
                 figure["max_loss_difference_to_new"] = difference
                 line += f"; new/this {ratio:.2f}x, losses differ by at most {difference:.2e}"
             print(line, flush=True)
-        results["configs"][config_name] = {"mflop_per_word": flops_per_word / 1e6, "gemm_gflop_per_s": peak,
-                                           "revisions": figures}  # fmt: skip
+        results["configs"][config_name] = {
+            "mflop_per_word": flops_per_word / 1e6,
+            "gemm_gflop_per_s": peak,
+            "revisions": figures,
+        }
         if args.bilmtf_venv:
             bilm_tf = bilm_tf_tokens_per_s(args, config_name, vocabulary)
             results["configs"][config_name]["bilm_tf"] = bilm_tf
             for revision, figure in figures.items():
                 figure["over_bilm_tf"] = figure["tokens_per_s"] / bilm_tf["tokens_per_s"]
-                print(f"{revision:>10s}: {figure['over_bilm_tf']:.2f}x bilm-tf's trainer ({bilm_tf['tokens_per_s']:.0f} "
-                      f"tokens/s, TF {bilm_tf['tf']}, {bilm_tf['timed_batches']} batches)", flush=True)
+                print(
+                    f"{revision:>10s}: {figure['over_bilm_tf']:.2f}x bilm-tf's trainer ({bilm_tf['tokens_per_s']:.0f} "
+                    f"tokens/s, TF {bilm_tf['tf']}, {bilm_tf['timed_batches']} batches)",
+                    flush=True,
+                )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

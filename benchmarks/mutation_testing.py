@@ -24,9 +24,15 @@ import sys
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_heads.py", "tests/test_head_features.py", "tests/test_modeling.py", "tests/test_tokenization.py"]
-MUTANTS = [f"elmo_hf.modeling_elmo.x{name}*" for name in (
-    "ǁElmoScalarMixǁ", "ǁElmoTaskEncoderǁ", "ǁElmoForTokenClassificationǁforward", "ǁElmoForSequenceClassificationǁforward",
-)]  # fmt: skip
+MUTANTS = [
+    f"elmo_hf.modeling_elmo.x{name}*"
+    for name in (
+        "ǁElmoScalarMixǁ",
+        "ǁElmoTaskEncoderǁ",
+        "ǁElmoForTokenClassificationǁforward",
+        "ǁElmoForSequenceClassificationǁforward",
+    )
+]
 SETUP_CFG = """[mutmut]
 source_paths = elmo_hf/modeling_elmo.py
 also_copy =
@@ -38,8 +44,18 @@ pytest_add_cli_args_test_selection =
     -k
     not trust_remote_code and not pipelines
 """
-SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.Eq: ast.NotEq,
-        ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt}  # fmt: skip
+SWAP = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+}
 
 
 def scratch_copy(scratch):
@@ -52,12 +68,18 @@ def scratch_copy(scratch):
 
 def run_mutmut(scratch, env):
     (scratch / "setup.cfg").write_text(SETUP_CFG.format(tests="\n".join(f"    {test}" for test in TESTS)))
-    subprocess.run(["mutmut", "run", "--max-children", "2", *MUTANTS], cwd=scratch, env=env, check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
-    listed = subprocess.run(["mutmut", "results", "--all", "true"], cwd=scratch, env=env, capture_output=True,
-                            text=True, check=True).stdout  # fmt: skip
-    selected = ("ǁElmoScalarMixǁ", "ǁElmoTaskEncoderǁ", "ǁElmoForTokenClassificationǁforward",
-                "ǁElmoForSequenceClassificationǁforward")  # fmt: skip
+    subprocess.run(
+        ["mutmut", "run", "--max-children", "2", *MUTANTS], cwd=scratch, env=env, check=True, stdout=subprocess.DEVNULL
+    )
+    listed = subprocess.run(
+        ["mutmut", "results", "--all", "true"], cwd=scratch, env=env, capture_output=True, text=True, check=True
+    ).stdout
+    selected = (
+        "ǁElmoScalarMixǁ",
+        "ǁElmoTaskEncoderǁ",
+        "ǁElmoForTokenClassificationǁforward",
+        "ǁElmoForSequenceClassificationǁforward",
+    )
     results = [line.strip().rsplit(": ", 1) for line in listed.splitlines() if any(s in line for s in selected)]
     survivors = [name for name, status in results if status == "survived"]
     print(f"mutmut: {len(results)} mutants, {len(survivors)} survived ({len(survivors) / len(results):.1%})")
@@ -75,21 +97,46 @@ def function_mutations(function):
             continue
         where = f"(line {node.lineno - function.lineno + 1} of the function)" if hasattr(node, "lineno") else ""
         if isinstance(node, ast.Constant) and type(node.value) is int:
-            found.append((index, f"{node.value} -> {node.value + 1} {where}", lambda n: setattr(n, "value", n.value + 1)))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node is not getattr(function.body[0], "value", None):
-            found.append((index, f"{node.value!r} -> 'XX..XX' {where}", lambda n: setattr(n, "value", f"XX{n.value}XX")))
+            found.append(
+                (index, f"{node.value} -> {node.value + 1} {where}", lambda n: setattr(n, "value", n.value + 1))
+            )
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node is not getattr(function.body[0], "value", None)
+        ):
+            found.append(
+                (index, f"{node.value!r} -> 'XX..XX' {where}", lambda n: setattr(n, "value", f"XX{n.value}XX"))
+            )
         elif isinstance(node, ast.BinOp) and type(node.op) in SWAP:
-            found.append((index, f"{type(node.op).__name__} -> {SWAP[type(node.op)].__name__} {where}",
-                          lambda n: setattr(n, "op", SWAP[type(n.op)]())))
+            found.append(
+                (
+                    index,
+                    f"{type(node.op).__name__} -> {SWAP[type(node.op)].__name__} {where}",
+                    lambda n: setattr(n, "op", SWAP[type(n.op)]()),
+                )
+            )
         elif isinstance(node, ast.Compare) and type(node.ops[0]) in SWAP:
-            found.append((index, f"{type(node.ops[0]).__name__} -> {SWAP[type(node.ops[0])].__name__} {where}",
-                          lambda n: n.ops.__setitem__(0, SWAP[type(n.ops[0])]())))
+            found.append(
+                (
+                    index,
+                    f"{type(node.ops[0]).__name__} -> {SWAP[type(node.ops[0])].__name__} {where}",
+                    lambda n: n.ops.__setitem__(0, SWAP[type(n.ops[0])]()),
+                )
+            )
         elif isinstance(node, ast.Slice):
-            found.append((index, f"slice bounds dropped {where}", lambda n: (setattr(n, "lower", None),
-                                                                               setattr(n, "upper", None))))
+            found.append(
+                (
+                    index,
+                    f"slice bounds dropped {where}",
+                    lambda n: (setattr(n, "lower", None), setattr(n, "upper", None)),
+                )
+            )
         elif isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) > 1:
             for position in range(len(node.elts)):
-                found.append((index, f"element {position} of a list removed {where}", lambda n, p=position: n.elts.pop(p)))
+                found.append(
+                    (index, f"element {position} of a list removed {where}", lambda n, p=position: n.elts.pop(p))
+                )
     return found
 
 
@@ -107,8 +154,12 @@ def run_function_mutations(scratch, env, file, name, tests):
             mutant = copy.deepcopy(tree)
             mutate(list(ast.walk(find(mutant)))[index])
             path.write_text(ast.unparse(mutant), encoding="utf-8")
-            done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-                                  cwd=scratch, env=env, capture_output=True)  # fmt: skip
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                cwd=scratch,
+                env=env,
+                capture_output=True,
+            )
             total += 1
             if done.returncode == 0:
                 survivors.append(description)
@@ -126,8 +177,7 @@ def main(argv=None):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     scratch_copy(args.scratch)
     run_mutmut(args.scratch, env)
-    run_function_mutations(args.scratch, env, "elmo_hf/char_ids.py", "word_to_char_ids",
-                           ["tests/test_tokenization.py"])  # fmt: skip
+    run_function_mutations(args.scratch, env, "elmo_hf/char_ids.py", "word_to_char_ids", ["tests/test_tokenization.py"])
 
 
 if __name__ == "__main__":

@@ -90,15 +90,21 @@ def products_per_word(options):
     projection, cell = lstm["projection_dim"], lstm["dim"]
     directions_and_layers = 2 * lstm["n_layers"]
     products = [
-        (f"char CNN width {width}", 2.0 * char_dim * width * count * (chars - width + 1), "windows", char_dim * width,
-         count)
+        (
+            f"char CNN width {width}",
+            2.0 * char_dim * width * count * (chars - width + 1),
+            "windows",
+            char_dim * width,
+            count,
+        )
         for width, count in cnn["filters"]
     ]
     products += [("highway", 2.0 * filters * 2 * filters, "tokens", filters, 2 * filters)] * cnn["n_highway"]
     products.append(("token projection", 2.0 * filters * projection, "tokens", filters, projection))
     products.append(("LSTM input", directions_and_layers * 2.0 * projection * 4 * cell, "tokens", projection, 4 * cell))
-    products.append(("LSTM recurrent", directions_and_layers * 2.0 * projection * 4 * cell, "batch", projection,
-                     4 * cell))
+    products.append(
+        ("LSTM recurrent", directions_and_layers * 2.0 * projection * 4 * cell, "batch", projection, 4 * cell)
+    )
     products.append(("LSTM projection", directions_and_layers * 2.0 * cell * projection, "batch", cell, projection))
     return products
 
@@ -119,8 +125,13 @@ def compute_roof(options, device, batch_rows=32, tokens=832):
     peak = max(part["gflop_per_s"] for part in parts.values())
     # At each product's own rate instead: a lower, shape-bound figure.
     seconds_per_word = sum(part["mflop_per_word"] * 1e6 / (part["gflop_per_s"] * 1e9) for part in parts.values())
-    return {"words_per_s": peak * 1e9 / total, "mflop_per_word": total / 1e6, "gflop_per_s": peak,
-            "words_per_s_at_each_shape": 1.0 / seconds_per_word, "products": parts}
+    return {
+        "words_per_s": peak * 1e9 / total,
+        "mflop_per_word": total / 1e6,
+        "gflop_per_s": peak,
+        "words_per_s_at_each_shape": 1.0 / seconds_per_word,
+        "products": parts,
+    }
 
 
 def memory_roof(options, device, steps=SENTENCE_STEPS):
@@ -135,8 +146,10 @@ def memory_roof(options, device, steps=SENTENCE_STEPS):
     # Per layer, both directions: the recurrent (projection, 4 * cell) and projection (cell, projection) weights.
     stacks = []
     for _ in range(lstm["n_layers"]):
-        stacks += [torch.randn(2, projection, 4 * cell, device=device) * 0.02,
-                   torch.randn(2, cell, projection, device=device) * 0.02]
+        stacks += [
+            torch.randn(2, projection, 4 * cell, device=device) * 0.02,
+            torch.randn(2, cell, projection, device=device) * 0.02,
+        ]
     rows = [torch.randn(2, 1, stack.shape[1], device=device) for stack in stacks]  # (directions, 1 row, in)
     streamed = float(sum(stack.numel() * stack.element_size() for stack in stacks))  # bytes per word
 
@@ -157,11 +170,18 @@ def memory_roof(options, device, steps=SENTENCE_STEPS):
                 torch.bmm(recurrent_row, recurrent)
                 torch.bmm(projected_row, projected)
 
-    bandwidths = {"mm": rate(per_matrix, streamed, device), "bmm": rate(per_layer, streamed, device),
-                  "bmm layer by layer": rate(layer_by_layer, streamed * steps, device)}
+    bandwidths = {
+        "mm": rate(per_matrix, streamed, device),
+        "bmm": rate(per_layer, streamed, device),
+        "bmm layer by layer": rate(layer_by_layer, streamed * steps, device),
+    }
     best = max(bandwidths.values())
-    return {"words_per_s": best / streamed, "mb_per_word": streamed / 1e6, "gb_per_s": best / 1e9,
-            "gb_per_s_by_product": {name: value / 1e9 for name, value in bandwidths.items()}}
+    return {
+        "words_per_s": best / streamed,
+        "mb_per_word": streamed / 1e6,
+        "gb_per_s": best / 1e9,
+        "gb_per_s_by_product": {name: value / 1e9 for name, value in bandwidths.items()},
+    }
 
 
 # The products streamed once per step at batch 1 (the memory roof); a sentence's other products run once on its words.
@@ -174,8 +194,11 @@ def sentence_roof(compute, memory):
     other_mflop = sum(part["mflop_per_word"] for name, part in compute["products"].items() if name not in STEP_PRODUCTS)
     streaming_seconds = 1.0 / memory["words_per_s"]
     other_seconds = other_mflop * 1e6 / (compute["gflop_per_s"] * 1e9)
-    return {"words_per_s": 1.0 / (streaming_seconds + other_seconds), "other_mflop_per_word": other_mflop,
-            "share_of_other_products": other_seconds / (streaming_seconds + other_seconds)}
+    return {
+        "words_per_s": 1.0 / (streaming_seconds + other_seconds),
+        "other_mflop_per_word": other_mflop,
+        "share_of_other_products": other_seconds / (streaming_seconds + other_seconds),
+    }
 
 
 def measure(options, threads=2, batch_rows=32, tokens=832, device="cpu"):
@@ -186,8 +209,13 @@ def measure(options, threads=2, batch_rows=32, tokens=832, device="cpu"):
     torch.manual_seed(0)
     with torch.inference_mode():
         compute, memory = compute_roof(options, device, batch_rows, tokens), memory_roof(options, device)
-    return {"threads": threads, "device": str(device), "compute": compute, "memory": memory,
-            "sentence": sentence_roof(compute, memory)}
+    return {
+        "threads": threads,
+        "device": str(device),
+        "compute": compute,
+        "memory": memory,
+        "sentence": sentence_roof(compute, memory),
+    }
 
 
 def main(argv=None):
@@ -202,17 +230,25 @@ def main(argv=None):
     roofs = measure(json.loads(args.options.read_text()), args.threads, args.batch_rows, args.tokens, args.device)
     compute, memory = roofs["compute"], roofs["memory"]
     for name, part in compute["products"].items():
-        print(f"  {name:20s} {part['mflop_per_word']:8.2f} MFLOP/word at {part['gflop_per_s']:6.1f} GFLOP/s "
-              f"({part['rows']} rows)")
-    print(f"compute roof: {compute['words_per_s']:.0f} words/s ({compute['mflop_per_word']:.1f} MFLOP/word at "
-          f"{compute['gflop_per_s']:.0f} GFLOP/s; {compute['words_per_s_at_each_shape']:.0f} words/s with every "
-          "product at its own shape's rate)")
-    print(f"memory roof at batch 1: {memory['words_per_s']:.0f} words/s ({memory['mb_per_word']:.1f} MB/word at "
-          f"{memory['gb_per_s']:.1f} GB/s)")
+        print(
+            f"  {name:20s} {part['mflop_per_word']:8.2f} MFLOP/word at {part['gflop_per_s']:6.1f} GFLOP/s "
+            f"({part['rows']} rows)"
+        )
+    print(
+        f"compute roof: {compute['words_per_s']:.0f} words/s ({compute['mflop_per_word']:.1f} MFLOP/word at "
+        f"{compute['gflop_per_s']:.0f} GFLOP/s; {compute['words_per_s_at_each_shape']:.0f} words/s with every "
+        "product at its own shape's rate)"
+    )
+    print(
+        f"memory roof at batch 1: {memory['words_per_s']:.0f} words/s ({memory['mb_per_word']:.1f} MB/word at "
+        f"{memory['gb_per_s']:.1f} GB/s)"
+    )
     sentence = roofs["sentence"]
-    print(f"sentence roof at batch 1: {sentence['words_per_s']:.0f} words/s (the memory roof's streams, plus "
-          f"{sentence['other_mflop_per_word']:.1f} MFLOP/word of other products at {compute['gflop_per_s']:.0f} GFLOP/s: "
-          f"{sentence['share_of_other_products']:.0%} of its time)")
+    print(
+        f"sentence roof at batch 1: {sentence['words_per_s']:.0f} words/s (the memory roof's streams, plus "
+        f"{sentence['other_mflop_per_word']:.1f} MFLOP/word of other products at {compute['gflop_per_s']:.0f} GFLOP/s: "
+        f"{sentence['share_of_other_products']:.0%} of its time)"
+    )
     if args.json:
         args.json.write_text(json.dumps(roofs, indent=1))
     return roofs

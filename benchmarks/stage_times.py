@@ -35,7 +35,9 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from benchmark_elmo import SIZES, prepare  # noqa: E402  (same random weights and conversion as the benchmark)
 from roofline import SENTENCE_STEPS, rate  # noqa: E402  (the steps of a mean sentence, as the memory roof; its timer)
+
 from elmo_hf import ElmoModel, ElmoTokenizer, cpu_kernels, modeling_elmo  # noqa: E402
+
 # Stage name -> (owner, function name) wrapped by the timer.
 STAGES = {
     "LSTM recurrence": (cpu_kernels, "packed_layer_forward"),
@@ -63,8 +65,10 @@ def stage_table(model, sentences, seconds):
     """{mode: (words/s, {"total": ms per word, stage: ms per word})} for sorted batches of 32 and single sentences."""
     tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
     by_length = sorted(sentences, key=len, reverse=True)
-    modes = {"sorted 32": [by_length[start : start + 32] for start in range(0, 128, 32)],
-             "batch 1": [[sentence] for sentence in sentences[:20]]}
+    modes = {
+        "sorted 32": [by_length[start : start + 32] for start in range(0, 128, 32)],
+        "batch 1": [[sentence] for sentence in sentences[:20]],
+    }
     table = {}
     for mode, batches in modes.items():
         with torch.inference_mode():
@@ -86,7 +90,9 @@ def cell_update(gates, memory, clip=3.0):
     """The LSTM step's elementwise work, as in `cpu_kernels.packed_layer_forward`: gates `(2, 1, 4 * cell)` and memory
     `(2, 1, cell)` -> the new memory and the output before its projection, both `(2, 1, cell)`."""
     input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=-1)
-    memory = (torch.sigmoid(forget_gate) * memory + torch.sigmoid(input_gate) * torch.tanh(candidate)).clamp(-clip, clip)
+    memory = (torch.sigmoid(forget_gate) * memory + torch.sigmoid(input_gate) * torch.tanh(candidate)).clamp(
+        -clip, clip
+    )
     return memory, torch.sigmoid(output_gate) * torch.tanh(memory)
 
 
@@ -95,8 +101,10 @@ def step_loop(config, elementwise, repeats=10):
     projection, cell = config.projection_dim, config.lstm_dim
     # The recurrent weight (in, out) and, as the model projects one row (`cpu_kernels._project`), the projection
     # weight's (out, in) copy, read transposed.
-    layers = [(torch.randn(2, projection, 4 * cell) * 0.02, (torch.randn(2, projection, cell) * 0.02).transpose(1, 2))
-              for _ in range(config.num_lstm_layers)]
+    layers = [
+        (torch.randn(2, projection, 4 * cell) * 0.02, (torch.randn(2, projection, cell) * 0.02).transpose(1, 2))
+        for _ in range(config.num_lstm_layers)
+    ]
     gate_input = torch.randn(2, 1, 4 * cell)
     start = time.perf_counter()
     with torch.inference_mode():
@@ -132,9 +140,11 @@ def variants(model, rows=(12, 26, 40, 64)):
     compiled(gates, memory)
     compile_seconds = time.perf_counter() - start
     difference = max((a - b).abs().max().item() for a, b in zip(cell_update(gates, memory), compiled(gates, memory)))
-    lines.append(f"step's elementwise work, one row: eager {microseconds(lambda: cell_update(gates, memory)):.1f} "
-                 f"us, torch.compile {microseconds(lambda: compiled(gates, memory)):.1f} us (first call "
-                 f"{compile_seconds:.1f} s, max difference {difference:.1e})")
+    lines.append(
+        f"step's elementwise work, one row: eager {microseconds(lambda: cell_update(gates, memory)):.1f} "
+        f"us, torch.compile {microseconds(lambda: compiled(gates, memory)):.1f} us (first call "
+        f"{compile_seconds:.1f} s, max difference {difference:.1e})"
+    )
 
     layer = model.encoder.layers[1]
     highway = model.character_encoder.highways[0].transform if model.character_encoder.highways else None
@@ -145,15 +155,19 @@ def variants(model, rows=(12, 26, 40, 64)):
             layer.bias.unsqueeze(2), layer.input_weight.transpose(1, 2), inputs.transpose(1, 2)
         ).transpose(1, 2)  # (2, 4 * lstm_dim, rows) -> (2, rows, 4 * lstm_dim)
         flops = 2 * inputs.numel() * layer.input_weight.shape[2]
-        line = (f"{count} rows: LSTM input products {gflop_per_s(as_model, flops):.0f} GFLOP/s as the "
-                f"model runs them, {gflop_per_s(weight_first, flops):.0f} weight first")
+        line = (
+            f"{count} rows: LSTM input products {gflop_per_s(as_model, flops):.0f} GFLOP/s as the "
+            f"model runs them, {gflop_per_s(weight_first, flops):.0f} weight first"
+        )
         if highway is not None:
             token = torch.randn(count, highway.in_features)  # (rows, num_filters)
             as_model = lambda: highway(token)  # noqa: E731
             weight_first = lambda: torch.addmm(highway.bias.unsqueeze(1), highway.weight, token.t()).t()  # noqa: E731
             flops = 2 * token.numel() * highway.out_features
-            line += (f"; highway product {gflop_per_s(as_model, flops):.0f} as the model runs it, "
-                     f"{gflop_per_s(weight_first, flops):.0f} weight first")
+            line += (
+                f"; highway product {gflop_per_s(as_model, flops):.0f} as the model runs it, "
+                f"{gflop_per_s(weight_first, flops):.0f} weight first"
+            )
         lines.append(line)
 
     # The per-step products of a batch's rows (the recurrent product and the projection, both directions): oneDNN with
@@ -168,8 +182,10 @@ def variants(model, rows=(12, 26, 40, 64)):
                 + microseconds(lambda: cpu_kernels._project(layer, memory, prepacked))
                 for prepacked in (True, False)
             ]
-            lines.append(f"{count} rows, one step's products: {timings[0]:.0f} us prepacked for oneDNN (the model), "
-                         f"{timings[1]:.0f} us with baddbmm + bmm")
+            lines.append(
+                f"{count} rows, one step's products: {timings[0]:.0f} us prepacked for oneDNN (the model), "
+                f"{timings[1]:.0f} us with baddbmm + bmm"
+            )
     return lines
 
 
@@ -200,8 +216,11 @@ def main(argv=None):
             print(f"{size}, {mode}: {words_per_second:.0f} words/s; ms per word: {stages}", flush=True)
         if args.step_loop:
             loops = [step_loop(model.config, elementwise) for elementwise in (False, True, False, True)]
-            print(f"{size}, bare step loop: products alone {min(loops[0::2]):.3f} ms per word, with the elementwise "
-                  f"work {min(loops[1::2]):.3f} (best of 2)", flush=True)
+            print(
+                f"{size}, bare step loop: products alone {min(loops[0::2]):.3f} ms per word, with the elementwise "
+                f"work {min(loops[1::2]):.3f} (best of 2)",
+                flush=True,
+            )
         if args.variants:
             with torch.inference_mode():
                 for line in variants(model):

@@ -60,8 +60,10 @@ def main(argv=None):
         deviation = max(float((a - e).abs().max()) for a, e in zip(approximate, exact))
         scale = max(float(e.abs().max()) for e in exact)
         report[name] = {"max_abs_deviation": deviation, "max_abs_value_fp32": scale}
-        print(f"{name}: max |variant - fp32| {deviation:.3e} over {len(sentences)} sentences, all layers "
-              f"(largest |fp32 value| {scale:.2f})")
+        print(
+            f"{name}: max |variant - fp32| {deviation:.3e} over {len(sentences)} sentences, all layers "
+            f"(largest |fp32 value| {scale:.2f})"
+        )
     print(json.dumps(report))
 
 

@@ -33,8 +33,10 @@ class PublishedModel:
     datasets: tuple  # Hub dataset ids for the card's metadata
 
     def files(self, input_dir):
-        return (os.path.join(input_dir, f"{self.stem}_options.json"),
-                os.path.join(input_dir, f"{self.stem}_weights.hdf5"))
+        return (
+            os.path.join(input_dir, f"{self.stem}_options.json"),
+            os.path.join(input_dir, f"{self.stem}_weights.hdf5"),
+        )
 
 
 PUBLISHED_MODELS = (
@@ -42,9 +44,12 @@ PUBLISHED_MODELS = (
     PublishedModel("medium", "elmo_2x2048_256_2048cnn_1xhighway", "elmo-medium", ONE_BILLION_WORDS, ("lm1b",)),
     PublishedModel("original", "elmo_2x4096_512_2048cnn_2xhighway", "elmo-original", ONE_BILLION_WORDS, ("lm1b",)),
     PublishedModel(
-        "original-5.5B", "elmo_2x4096_512_2048cnn_2xhighway_5.5B", "elmo-original-5.5b",
+        "original-5.5B",
+        "elmo_2x4096_512_2048cnn_2xhighway_5.5B",
+        "elmo-original-5.5b",
         "5.5 billion tokens: Wikipedia (1.9 billion) and the monolingual news crawl data of WMT 2008-2012 "
-        "(3.6 billion).", (),
+        "(3.6 billion).",
+        (),
     ),
 )
 
@@ -84,14 +89,24 @@ def main(argv=None):
     parser.add_argument("--input-dir", required=True, help="folder holding the published options/weights files")
     parser.add_argument("--output-dir", required=True, help="one checkpoint folder per model is written here")
     parser.add_argument("--push-to-hub-namespace", metavar="ORG", help="push each model to ORG/<repo name>")
-    parser.add_argument("--models", nargs="+", choices=[model.name for model in PUBLISHED_MODELS],
-                        help="convert only these sizes (default: all four)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=[model.name for model in PUBLISHED_MODELS],
+        help="convert only these sizes (default: all four)",
+    )
     add_hub_arguments(parser)
     add_debug_argument(parser)
     args = parser.parse_args(argv)
     with reported_as_one_line(args.debug):
-        convert_all(args.input_dir, args.output_dir, args.push_to_hub_namespace, private=args.private or None,
-                    revision=args.revision, names=args.models)
+        convert_all(
+            args.input_dir,
+            args.output_dir,
+            args.push_to_hub_namespace,
+            private=args.private or None,
+            revision=args.revision,
+            names=args.models,
+        )
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ PTB_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained
 
 # The package's modules come after DEFAULT_MODEL, which they may read.
 from .configuration_elmo import ElmoConfig
+from .embedder import ElmoEmbedder, ElmoTokenCache
 from .modeling_elmo import (
     ElmoForPreTraining,
     ElmoForPreTrainingOutput,
@@ -36,10 +37,9 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
     ElmoScalarMix,
 )
+from .pipelines import ELMO_TOKEN_CLASSIFICATION_TASK, ElmoTokenClassificationPipeline
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import ElmoPreTrainingCollator, ElmoWordVocabulary
-from .embedder import ElmoEmbedder, ElmoTokenCache  # noqa: E402  (after the model classes it uses)
-from .pipelines import ELMO_TOKEN_CLASSIFICATION_TASK, ElmoTokenClassificationPipeline
 
 __version__ = "0.1.0"
 

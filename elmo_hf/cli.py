@@ -38,7 +38,7 @@ EMBED_EXAMPLES = """\
 examples:
   elmo-hf embed sentences.txt vectors.hdf5 --model ./elmo-original
   elmo-hf embed corpus.txt vectors.npz --model ./elmo-original --tokenize --layers average
-  elmo-hf embed corpus.txt vectors.hdf5 --model ./elmo-original --sentence-vectors --layers mix --mix-weights 0.2 0.3 0.5
+  elmo-hf embed corpus.txt vectors.hdf5 --sentence-vectors --layers mix --mix-weights 0.2 0.3 0.5
   elmo-hf embed corpus.txt vectors.hdf5 --model ./elmo-original --resume   # after an interrupted run
   torchrun --nproc_per_node 2 -m elmo_hf.cli embed corpus.txt vectors.hdf5 --model ./elmo-original
 
@@ -112,9 +112,7 @@ def build_parser():
         nargs="+",
         help="with --layers mix: one weight per layer (token layer first), used as given",
     )
-    vectors.add_argument(
-        "--sentence-vectors", action="store_true", help="average over the words: one vector per line"
-    )
+    vectors.add_argument("--sentence-vectors", action="store_true", help="average over the words: one vector per line")
     speed = embed.add_argument_group("speed and memory")
     speed.add_argument("--batch-size", type=int, default=64, help="sentences per model call at most (default: 64)")
     speed.add_argument(
@@ -293,7 +291,8 @@ def _embed(args, device):
         raise UserInputError(str(error)) from None
     if not args.quiet and (not dist.is_initialized() or dist.get_rank() == 0):
         print(
-            f"embedded {summary['sentences']:,} sentences ({summary['tokens']:,} tokens) in {summary['seconds']:.1f} s; "
+            f"embedded {summary['sentences']:,} sentences ({summary['tokens']:,} tokens) "
+            f"in {summary['seconds']:.1f} s; "
             f"wrote {args.output}",
             file=sys.stderr,
         )

@@ -231,7 +231,9 @@ class ElmoConfig(PreTrainedConfig):
         self.task_encoder_layers = _non_negative_int("task_encoder_layers", self.task_encoder_layers)
         self.classifier_dropout = _probability("classifier_dropout", self.classifier_dropout)
         self.task_word_embedding_dim = _positive_int("task_word_embedding_dim", self.task_word_embedding_dim)
-        if self.task_word_vocab is not None and not all(isinstance(word, str) and word for word in self.task_word_vocab):
+        if self.task_word_vocab is not None and not all(
+            isinstance(word, str) and word for word in self.task_word_vocab
+        ):
             raise ElmoConfigFieldError("task_word_vocab", "task_word_vocab must be a list of non-empty words")
         if not (self.use_input_elmo or self.use_bilm_token_layer or self.task_word_vocab):
             raise ElmoConfigFieldError(

@@ -26,7 +26,6 @@ import torch
 
 from .packed_steps import PackedSteps
 
-
 # Largest char-CNN response computed at once (bytes): small enough to stay in a CPU cache (RESULTS.md).
 CNN_RESPONSE_BYTES = 4 * 2**20
 
@@ -107,6 +106,7 @@ def bilstm_forward(encoder, word_embeddings, word_index, lengths, lstm_states=No
     packed_words = steps.pack(word_index)  # (2, valid): each packed position's row of word_embeddings
 
     layer_outputs, final_cells, final_hiddens = [], [], []
+    layer_input = None  # the previous layer's packed output (2, valid words, projection_dim)
     for index, layer in enumerate(encoder.layers):
         if index == 0:
             # The first layer's input depends on the word alone: its gate inputs are computed once per distinct

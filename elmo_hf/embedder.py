@@ -36,7 +36,8 @@ class ElmoTokenCache(nn.Module):
     r"""
     The character encoder's output for a fixed vocabulary, computed once and then looked up. Passed to
     [`ElmoModel`] as `token_cache`, it stands in for [`ElmoCharacterEncoder`] during that call only (same input, same
-    output): known words are read from the table, the others still go through `character_encoder`. This is what bilm-tf's `dump_token_embeddings` and allennlp's `vocab_to_cache` did.
+    output): known words are read from the table, the others still go through `character_encoder`. This is what
+    bilm-tf's `dump_token_embeddings` and allennlp's `vocab_to_cache` did.
     The vectors equal the encoder's up to float rounding (the encoder's own output for a word varies by that much
     with the batch it is computed in). For inference: the table carries no gradient.
 
@@ -143,7 +144,13 @@ class ElmoEmbedder:
         return self.embed_sentences([words], **kwargs)[0]
 
     def embed_sentences(
-        self, sentences, layers="all", mix_weights=None, sentence_vectors=False, batch_size=64, max_tokens_per_batch=None
+        self,
+        sentences,
+        layers="all",
+        mix_weights=None,
+        sentence_vectors=False,
+        batch_size=64,
+        max_tokens_per_batch=None,
     ):
         r"""
         Args:
@@ -161,7 +168,9 @@ class ElmoEmbedder:
             for "all" and `(words, 2 * projection_dim)` otherwise; `sentence_vectors` drops the `words` axis.
         """
         results = [None] * len(sentences)
-        batches = self._embed_batches(sentences, layers, mix_weights, sentence_vectors, batch_size, max_tokens_per_batch)
+        batches = self._embed_batches(
+            sentences, layers, mix_weights, sentence_vectors, batch_size, max_tokens_per_batch
+        )
         for indices, arrays in batches:
             for index, array in zip(indices, arrays):
                 results[index] = array
@@ -268,7 +277,9 @@ class ElmoEmbedder:
                     sentences_done += len(indices)
                     tokens_done += sum(len(sentences[index]) for index in indices)
                     bar.update(len(indices))
-                    bar.set_postfix_str(f"{tokens_done / max(time.monotonic() - start, 1e-9):,.0f} tokens/s", refresh=False)
+                    bar.set_postfix_str(
+                        f"{tokens_done / max(time.monotonic() - start, 1e-9):,.0f} tokens/s", refresh=False
+                    )
                 _write_chunk(work_dir, chunk, chunk * chunk_size, arrays)
         if lines_read != line_count:
             raise ValueError(f"{input_path} changed while it was read: {line_count} lines at first, then {lines_read}")
@@ -329,7 +340,7 @@ class ElmoEmbedder:
             dataset = split_dataset_by_node(dataset, rank=rank, world_size=world_size)
         settings = [layers, mix_weights, sentence_vectors, column, output_column, str(self.model.dtype)]
         fingerprint = hashlib.sha256(
-            f"{dataset._fingerprint}{_model_digest(self.model)}{json.dumps(settings)}".encode("utf-8")
+            f"{dataset._fingerprint}{_model_digest(self.model)}{json.dumps(settings)}".encode()
         ).hexdigest()
 
         def embed(rows):
@@ -348,7 +359,9 @@ class ElmoEmbedder:
         if layers not in LAYER_CHOICES:
             raise ValueError(f"layers must be one of {', '.join(LAYER_CHOICES)}; got {layers!r}")
         if (layers == "mix") != (mix_weights is not None):
-            raise ValueError(f"mix_weights go with layers='mix' and only with it; got layers={layers!r}, mix_weights={mix_weights!r}")
+            raise ValueError(
+                f"mix_weights go with layers='mix' and only with it; got layers={layers!r}, mix_weights={mix_weights!r}"
+            )
         if layers == "all":
             return None
         if layers == "top":

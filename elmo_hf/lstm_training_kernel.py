@@ -49,7 +49,9 @@ class _BufferPool:
             return like.new_empty(shape)
         size = math.prod(shape)
         with self.lock:
-            fitting = [index for index, buffer in enumerate(self.free) if buffer.dtype == like.dtype and buffer.numel() >= size]
+            fitting = [
+                index for index, buffer in enumerate(self.free) if buffer.dtype == like.dtype and buffer.numel() >= size
+            ]
             if fitting:
                 buffer = self.free.pop(min(fitting, key=lambda index: self.free[index].numel()))
                 return buffer[:size].view(shape)
@@ -107,9 +109,16 @@ def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0, 
         gate_inputs = layer.input_gates(layer_input)  # (2, valid, 4 * lstm_dim)
         initial_cell, initial_hidden = cells[index], hiddens[index]  # (2, batch, dim), the batch's row order
         output, cell_states, _ = _PackedLstmRecurrence.apply(
-            gate_inputs, layer.recurrent_weight, layer.projection_weight, initial_cell[:, steps.order],
-            initial_hidden[:, steps.order], steps, layer.cell_clip, layer.proj_clip, zero_state,
-        )  # fmt: skip
+            gate_inputs,
+            layer.recurrent_weight,
+            layer.projection_weight,
+            initial_cell[:, steps.order],
+            initial_hidden[:, steps.order],
+            steps,
+            layer.cell_clip,
+            layer.proj_clip,
+            zero_state,
+        )
         final_cells.append(steps.final_states(cell_states, initial_cell))
         final_hiddens.append(steps.final_states(output, initial_hidden))
         if encoder.use_skip_connections and index > 0:
@@ -133,8 +142,18 @@ class _PackedLstmRecurrence(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, gate_inputs, recurrent_weight, projection_weight, initial_cell, initial_hidden, steps, cell_clip,
-                proj_clip, zero_state):  # fmt: skip
+    def forward(
+        ctx,
+        gate_inputs,
+        recurrent_weight,
+        projection_weight,
+        initial_cell,
+        initial_hidden,
+        steps,
+        cell_clip,
+        proj_clip,
+        zero_state,
+    ):
         _, valid, four_lstm_dim = gate_inputs.shape
         lstm_dim = four_lstm_dim // 4
         # Kept for the backward: the gate activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) side by side,
@@ -175,26 +194,48 @@ class _PackedLstmRecurrence(torch.autograd.Function):
             # The next step's rows are a prefix of these: it reads its state from here.
             cell, hidden, start = new_cell, new_hidden, start + active
         ctx.steps, ctx.clips = steps, (cell_clip, proj_clip)
-        ctx.lease = _Lease(cell_tanhs, None if cell_clip is None else unclipped_cells,
-                           None if proj_clip is None else projected)  # fmt: skip
+        ctx.lease = _Lease(
+            cell_tanhs, None if cell_clip is None else unclipped_cells, None if proj_clip is None else projected
+        )
         ctx.set_materialize_grads(False)
         ctx.mark_dirty(gate_inputs)
         ctx.mark_non_differentiable(activations)
-        ctx.save_for_backward(recurrent_weight, projection_weight, activations, unclipped_cells, cells, cell_tanhs,
-                              projected, outputs, initial_cell, initial_hidden)  # fmt: skip
+        ctx.save_for_backward(
+            recurrent_weight,
+            projection_weight,
+            activations,
+            unclipped_cells,
+            cells,
+            cell_tanhs,
+            projected,
+            outputs,
+            initial_cell,
+            initial_hidden,
+        )
         return outputs, cells, activations
 
     @staticmethod
     def backward(ctx, outputs_grad, cells_grad, _):
-        (recurrent_weight, projection_weight, activations, unclipped_cells, cells, cell_tanh, projected, outputs,
-         initial_cell, initial_hidden) = ctx.saved_tensors  # fmt: skip
+        (
+            recurrent_weight,
+            projection_weight,
+            activations,
+            unclipped_cells,
+            cells,
+            cell_tanh,
+            projected,
+            outputs,
+            initial_cell,
+            initial_hidden,
+        ) = ctx.saved_tensors
         steps, (cell_clip, proj_clip) = ctx.steps, ctx.clips
         _, valid, four_lstm_dim = activations.shape
         lstm_dim = four_lstm_dim // 4
         input_act, forget_act, candidate_act, output_act = activations.chunk(4, dim=-1)  # each (2, valid, lstm_dim)
         cell_shape = cells.shape  # (2, valid, lstm_dim)
-        previous_cells = torch.index_select(torch.cat([cells, initial_cell], dim=1), 1, steps.previous_index,
-                                            out=_POOL.take(cell_shape, cells))  # fmt: skip
+        previous_cells = torch.index_select(
+            torch.cat([cells, initial_cell], dim=1), 1, steps.previous_index, out=_POOL.take(cell_shape, cells)
+        )
 
         # Every factor that does not depend on the gradient carried back from later steps, for all steps at once, in
         # as few passes over memory as the products allow (each pass over these tensors costs more than a step).
@@ -254,14 +295,25 @@ class _PackedLstmRecurrence(torch.autograd.Function):
             torch.mul(cell_grad, forget_act[:, rows], out=cell_carry[:, :active])
 
         # The weight gradients, each one product over every packed position.
-        previous_hiddens = torch.index_select(torch.cat([outputs, initial_hidden], dim=1), 1, steps.previous_index,
-                                              out=_POOL.take(outputs.shape, outputs))  # fmt: skip
+        previous_hiddens = torch.index_select(
+            torch.cat([outputs, initial_hidden], dim=1), 1, steps.previous_index, out=_POOL.take(outputs.shape, outputs)
+        )
         recurrent_weight_grad = torch.bmm(previous_hiddens.transpose(1, 2), gate_grads)
         projection_weight_grad = torch.bmm(memories.transpose(1, 2), projected_grads)
-        _POOL.give_back(previous_cells, memories, memory_to_cell, projected_grads, previous_hiddens,
-                        hidden_mask, cell_mask)  # fmt: skip
-        return (gate_grads, recurrent_weight_grad, projection_weight_grad, cell_carry if ctx.needs_input_grad[3] else None,
-                hidden_carry if ctx.needs_input_grad[4] else None, None, None, None, None)  # fmt: skip
+        _POOL.give_back(
+            previous_cells, memories, memory_to_cell, projected_grads, previous_hiddens, hidden_mask, cell_mask
+        )
+        return (
+            gate_grads,
+            recurrent_weight_grad,
+            projection_weight_grad,
+            cell_carry if ctx.needs_input_grad[3] else None,
+            hidden_carry if ctx.needs_input_grad[4] else None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def _inside_clip(values, clip):

@@ -12,8 +12,19 @@ TEMPLATE_PATH = pathlib.Path(__file__).with_name("model_card.md")
 CONVERSION_REPORT_NAME = "conversion_report.json"
 
 
-def render_model_card(model, repo_id, *, revision=None, report=None, title=None, license="apache-2.0",
-                      language=("en",), datasets=(), tags=(), training_data=None):
+def render_model_card(
+    model,
+    repo_id,
+    *,
+    revision=None,
+    report=None,
+    title=None,
+    license="apache-2.0",
+    language=("en",),
+    datasets=(),
+    tags=(),
+    training_data=None,
+):
     """The model card of `model` as a string.
 
     Args:

@@ -457,8 +457,10 @@ class ElmoTaskEncoder(nn.Module):
         parts = []  # x_k, then ELMo_k: each (batch, words, width)
         if self.task_words is not None:
             if input_ids is None:
-                raise ValueError("input_ids is required with task word embeddings (config.task_word_vocab), also "
-                                 "beside elmo_hidden_states: the words are looked up from their character ids")  # fmt: skip
+                raise ValueError(
+                    "input_ids is required with task word embeddings (config.task_word_vocab), also "
+                    "beside elmo_hidden_states: the words are looked up from their character ids"
+                )
             parts.append(self.task_words(input_ids, mask))
         if self.use_bilm_token_layer:
             parts.append(hidden_states[0][..., : self.projection_dim])  # the biLM's token layer
@@ -479,8 +481,10 @@ class ElmoTaskEncoder(nn.Module):
     def _checked_precomputed(self, elmo, elmo_hidden_states, attention_mask):
         """The `(batch, words)` bool mask for precomputed `elmo_hidden_states`, after checking both."""
         if not self.freeze_bilm:
-            raise ValueError("elmo_hidden_states: precomputed biLM layers need config.freeze_bilm=True (the biLM is "
-                             "not run, so it cannot be fine-tuned)")  # fmt: skip
+            raise ValueError(
+                "elmo_hidden_states: precomputed biLM layers need config.freeze_bilm=True (the biLM is "
+                "not run, so it cannot be fine-tuned)"
+            )
         config = elmo.config
         layers, width = config.num_lstm_layers + 1, 2 * config.projection_dim
         shape = tuple(elmo_hidden_states.shape)
@@ -605,7 +609,9 @@ class ElmoLogUniformSampler:
         while True:
             uniform = torch.rand(2 * num_sampled, dtype=torch.float64, generator=generator)
             # Inverse CDF of the log-uniform distribution: floor((V + 1) ** u) - 1.
-            new = (torch.exp(uniform * math.log(self.vocab_size + 1.0)).floor().long() - 1).clamp(0, self.vocab_size - 1)
+            new = (torch.exp(uniform * math.log(self.vocab_size + 1.0)).floor().long() - 1).clamp(
+                0, self.vocab_size - 1
+            )
             draws = torch.cat([draws, new])
             values, inverse = torch.unique(draws, return_inverse=True)
             if len(values) >= num_sampled:
@@ -877,8 +883,6 @@ def _config_fields_of(parameter_name):
         if part in parameter_name:
             return fields
     return "the config"
-
-
 
 
 class ElmoModel(ElmoPreTrainedModel):
@@ -1240,7 +1244,8 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
             return F.cross_entropy(logits, labels.reshape(-1))
         if tuple(labels.shape) != tuple(logits.shape):
             raise ValueError(
-                f"multi-label labels must have shape {tuple(logits.shape)} (batch, num_labels), got {tuple(labels.shape)}"
+                f"multi-label labels must have shape {tuple(logits.shape)} (batch, num_labels), "
+                f"got {tuple(labels.shape)}"
             )
         return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 

@@ -124,7 +124,9 @@ def export_onnx(model, output_dir, opset=DEFAULT_OPSET):
     traced_ids, traced_mask = example_inputs(config.max_characters_per_token, config.num_characters, [3, 2])
     with torch.no_grad(), warnings.catch_warnings():
         # TorchScript and its exporter are deprecated in favour of torch.export, which cannot keep the loop (above).
-        warnings.filterwarnings("ignore", message=r"(`torch\.jit\.|You are using the legacy TorchScript|The feature will be removed)")
+        warnings.filterwarnings(
+            "ignore", message=r"(`torch\.jit\.|You are using the legacy TorchScript|The feature will be removed)"
+        )
         warnings.filterwarnings("ignore", message="no signature found", category=UserWarning)
         graph = ElmoOnnxGraph(model).eval()
         traced = torch.jit.trace(graph, (traced_ids, traced_mask))

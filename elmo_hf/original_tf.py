@@ -15,8 +15,8 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -28,8 +28,8 @@ from .model_card import CONVERSION_REPORT_NAME, write_model_card
 from .modeling_elmo import ElmoForPreTraining, ElmoModel
 from .tf_checkpoint_reader import read_tf_checkpoint
 from .tokenization_elmo import ElmoTokenizer
-from .word_vocabulary import ElmoWordVocabulary
 from .user_errors import UserInputError, unreadable_file_error
+from .word_vocabulary import ElmoWordVocabulary
 
 VERIFY_SENTENCES = [
     ["The", "original", "ELMo", "reads", "characters", "."],
@@ -185,33 +185,56 @@ def hdf5_key_table(config):
     proj, cell = config.projection_dim, config.lstm_dim
     table = [
         # bilm-tf stores 261 rows (char ids 0..260); our ids are shifted by +1 and row 0 is padding.
-        KeyTableEntry("char_embed", (261, dim), "character_encoder.char_embedding", None,
-                      lambda w: np.concatenate([np.zeros((1, w.shape[1]), w.dtype), w])),
+        KeyTableEntry(
+            "char_embed",
+            (261, dim),
+            "character_encoder.char_embedding",
+            None,
+            lambda w: np.concatenate([np.zeros((1, w.shape[1]), w.dtype), w]),
+        ),
     ]
     for index, (width, count) in enumerate(config.filters):
         table += [
             # TF conv2d kernel (1, width, in, out) -> Conv1d weight (out, in, width).
-            KeyTableEntry(f"CNN/W_cnn_{index}", (1, width, dim, count),
-                          f"character_encoder.convolutions.{index}.weight", None, lambda w: w[0].transpose(2, 1, 0)),
-            KeyTableEntry(f"CNN/b_cnn_{index}", (count,),
-                          f"character_encoder.convolutions.{index}.bias", None, lambda b: b),
+            KeyTableEntry(
+                f"CNN/W_cnn_{index}",
+                (1, width, dim, count),
+                f"character_encoder.convolutions.{index}.weight",
+                None,
+                lambda w: w[0].transpose(2, 1, 0),
+            ),
+            KeyTableEntry(
+                f"CNN/b_cnn_{index}", (count,), f"character_encoder.convolutions.{index}.bias", None, lambda b: b
+            ),
         ]
     for index in range(config.num_highway_layers):
         prefix = f"character_encoder.highways.{index}"
         table += [
             # TF's "carry" gate multiplies the transformed branch: it is our `gate`, sign unchanged.
-            KeyTableEntry(f"CNN_high_{index}/W_carry", (filters_width, filters_width), f"{prefix}.gate.weight",
-                          None, lambda w: w.T),  # TF kernels are (in, out); nn.Linear is (out, in)
+            KeyTableEntry(
+                f"CNN_high_{index}/W_carry",
+                (filters_width, filters_width),
+                f"{prefix}.gate.weight",
+                None,
+                lambda w: w.T,
+            ),  # TF kernels are (in, out); nn.Linear is (out, in)
             KeyTableEntry(f"CNN_high_{index}/b_carry", (filters_width,), f"{prefix}.gate.bias", None, lambda b: b),
-            KeyTableEntry(f"CNN_high_{index}/W_transform", (filters_width, filters_width),
-                          f"{prefix}.transform.weight", None, lambda w: w.T),
-            KeyTableEntry(f"CNN_high_{index}/b_transform", (filters_width,), f"{prefix}.transform.bias",
-                          None, lambda b: b),
+            KeyTableEntry(
+                f"CNN_high_{index}/W_transform",
+                (filters_width, filters_width),
+                f"{prefix}.transform.weight",
+                None,
+                lambda w: w.T,
+            ),
+            KeyTableEntry(
+                f"CNN_high_{index}/b_transform", (filters_width,), f"{prefix}.transform.bias", None, lambda b: b
+            ),
         ]
     if filters_width != proj:
         table += [
-            KeyTableEntry("CNN_proj/W_proj", (filters_width, proj), "character_encoder.projection.weight", None,
-                          lambda w: w.T),
+            KeyTableEntry(
+                "CNN_proj/W_proj", (filters_width, proj), "character_encoder.projection.weight", None, lambda w: w.T
+            ),
             KeyTableEntry("CNN_proj/b_proj", (proj,), "character_encoder.projection.bias", None, lambda b: b),
         ]
     for direction in (0, 1):
@@ -220,15 +243,29 @@ def hdf5_key_table(config):
             target = f"encoder.layers.{layer}"
             table += [
                 # W_0 is the kernel of [input, previous h]: its first `proj` rows act on the input (both (in, out)).
-                KeyTableEntry(f"{source}/W_0", (2 * proj, 4 * cell), f"{target}.input_weight", direction,
-                              lambda w: _tf_gates_to_torch(w[:proj], axis=1)),
-                KeyTableEntry(f"{source}/W_0", (2 * proj, 4 * cell), f"{target}.recurrent_weight", direction,
-                              lambda w: _tf_gates_to_torch(w[proj:], axis=1)),
+                KeyTableEntry(
+                    f"{source}/W_0",
+                    (2 * proj, 4 * cell),
+                    f"{target}.input_weight",
+                    direction,
+                    lambda w: _tf_gates_to_torch(w[:proj], axis=1),
+                ),
+                KeyTableEntry(
+                    f"{source}/W_0",
+                    (2 * proj, 4 * cell),
+                    f"{target}.recurrent_weight",
+                    direction,
+                    lambda w: _tf_gates_to_torch(w[proj:], axis=1),
+                ),
                 # TF's LSTMCell adds forget_bias=1.0 at run time, outside the stored B: fold it into the bias.
-                KeyTableEntry(f"{source}/B", (4 * cell,), f"{target}.bias", direction,
-                              lambda b: _add_forget_bias(_tf_gates_to_torch(b))),
-                KeyTableEntry(f"{source}/W_P_0", (cell, proj), f"{target}.projection_weight", direction,
-                              lambda w: w),
+                KeyTableEntry(
+                    f"{source}/B",
+                    (4 * cell,),
+                    f"{target}.bias",
+                    direction,
+                    lambda b: _add_forget_bias(_tf_gates_to_torch(b)),
+                ),
+                KeyTableEntry(f"{source}/W_P_0", (cell, proj), f"{target}.projection_weight", direction, lambda w: w),
             ]
     return table
 
@@ -243,9 +280,9 @@ def read_hdf5_weights(path):
     try:
         with h5py.File(path, "r") as weight_file:
             weight_file.visititems(
-                lambda name, item: arrays.__setitem__(name, np.asarray(item[...]))
-                if isinstance(item, h5py.Dataset)
-                else None
+                lambda name, item: (
+                    arrays.__setitem__(name, np.asarray(item[...])) if isinstance(item, h5py.Dataset) else None
+                )
             )
     except OSError as error:
         raise UserInputError(
@@ -440,8 +477,10 @@ CHECKPOINT_TO_HDF5_NAMES = [
     # LSTM (RNN_0 forward, RNN_1 backward); with one layer bilm-tf has no MultiRNNCell, so no "cell_k/" scope.
     (r"lm/RNN_([01])/rnn/multi_rnn_cell/cell_(\d+)/lstm_cell/kernel", r"RNN_\1/RNN/MultiRNNCell/Cell\2/LSTMCell/W_0"),
     (r"lm/RNN_([01])/rnn/multi_rnn_cell/cell_(\d+)/lstm_cell/bias", r"RNN_\1/RNN/MultiRNNCell/Cell\2/LSTMCell/B"),
-    (r"lm/RNN_([01])/rnn/multi_rnn_cell/cell_(\d+)/lstm_cell/projection/kernel",
-     r"RNN_\1/RNN/MultiRNNCell/Cell\2/LSTMCell/W_P_0"),
+    (
+        r"lm/RNN_([01])/rnn/multi_rnn_cell/cell_(\d+)/lstm_cell/projection/kernel",
+        r"RNN_\1/RNN/MultiRNNCell/Cell\2/LSTMCell/W_P_0",
+    ),
     (r"lm/RNN_([01])/rnn/lstm_cell/kernel", r"RNN_\1/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"),
     (r"lm/RNN_([01])/rnn/lstm_cell/bias", r"RNN_\1/RNN/MultiRNNCell/Cell0/LSTMCell/B"),
     (r"lm/RNN_([01])/rnn/lstm_cell/projection/kernel", r"RNN_\1/RNN/MultiRNNCell/Cell0/LSTMCell/W_P_0"),

@@ -26,8 +26,8 @@ from tqdm import tqdm
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import ElmoForPreTraining
 from .tokenization_elmo import ElmoTokenizer
-from .word_vocabulary import ElmoWordVocabulary
 from .user_errors import UserInputError, unloadable_model_error, unreadable_file_error
+from .word_vocabulary import ElmoWordVocabulary
 
 PROTOCOLS = ("bilm-tf", "stateless")
 
@@ -142,7 +142,10 @@ def evaluate_bilm_tf(model, tokenizer, vocabulary, sentences, batch_size, progre
             backward_inputs.append(words[first + 1 :])
             backward_targets.append(words[first:-1])
         next_states = []
-        for direction, inputs, targets in ((0, forward_inputs, forward_targets), (1, backward_inputs, backward_targets)):
+        for direction, inputs, targets in (
+            (0, forward_inputs, forward_targets),
+            (1, backward_inputs, backward_targets),
+        ):
             log_probs, call_states = _direction_log_probs(model, _char_id_batch(tokenizer, inputs), states, direction)
             next_states.append(call_states)
             for row, row_targets in enumerate(targets):
@@ -176,9 +179,7 @@ def evaluate_stateless(model, tokenizer, vocabulary, sentences, batch_size, prog
     return totals.result("stateless")
 
 
-def evaluate_perplexity(
-    model, tokenizer, vocabulary, sentences, protocol="bilm-tf", batch_size=1, show_progress=False
-):
+def evaluate_perplexity(model, tokenizer, vocabulary, sentences, protocol="bilm-tf", batch_size=1, show_progress=False):
     """{"protocol", "forward_perplexity", "backward_perplexity", "perplexity", "targets_per_direction"}: the
     characters of `sentences` (lists of words) from `tokenizer`, their targets from `vocabulary`
     ([`ElmoWordVocabulary`])."""
@@ -187,13 +188,16 @@ def evaluate_perplexity(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise UserInputError(f"--batch-size: batch_size must be a positive int, got {batch_size!r}")
     evaluate = evaluate_bilm_tf if protocol == "bilm-tf" else evaluate_stateless
-    with torch.no_grad(), tqdm(
-        total=sum(len(words) + 1 for words in sentences),
-        unit="tok",
-        desc=f"perplexity ({protocol})",
-        disable=not show_progress,
-        file=sys.stderr,
-    ) as progress:
+    with (
+        torch.no_grad(),
+        tqdm(
+            total=sum(len(words) + 1 for words in sentences),
+            unit="tok",
+            desc=f"perplexity ({protocol})",
+            disable=not show_progress,
+            file=sys.stderr,
+        ) as progress,
+    ):
         return evaluate(model.eval(), tokenizer, vocabulary, sentences, batch_size, progress)
 
 

@@ -1,8 +1,8 @@
 """Task word embeddings: the paper's context-independent task input `x_k` (pretrained word vectors) for the heads.
 
 In Peters et al. (2018) a task model reads `[x_k; ELMo_k]`, where `x_k` is its own word representation (GloVe
-vectors, often with a character CNN). `ElmoTaskWordEmbedding` (modeling_elmo.py) is that word part: a trainable table over a
-vocabulary built from the task's training data (`build_task_word_vocab`), stored in the head's configuration
+vectors, often with a character CNN). `ElmoTaskWordEmbedding` (modeling_elmo.py) is that word part: a trainable table
+over a vocabulary built from the task's training data (`build_task_word_vocab`), stored in the head's configuration
 (`task_word_vocab`) so that `from_pretrained`, the pipelines and `trust_remote_code` rebuild the same lookup. Its
 rows can start from a word-vectors text file (`read_word_vectors`: GloVe or word2vec text) or from the biLM's own
 softmax embeddings (`softmax_word_vectors`).
@@ -132,8 +132,10 @@ def initialise_task_words(model, vectors_file=None, bilm_path=None):
         return f"task words: {len(words):,}, randomly initialised"
     width = len(next(iter(vectors.values()))) if vectors else dim
     if width != dim:
-        raise UserInputError(f"{source}: vectors of width {width}, but the task word embedding has "
-                             f"task_word_embedding_dim={dim}; set it to {width}")  # fmt: skip
+        raise UserInputError(
+            f"{source}: vectors of width {width}, but the task word embedding has "
+            f"task_word_embedding_dim={dim}; set it to {width}"
+        )
     return f"task words: {task_words.load_vectors(vectors):,} of {len(words):,} from {source}"
 
 
@@ -141,32 +143,46 @@ def initialise_task_words(model, vectors_file=None, bilm_path=None):
 class TaskWordArguments:
     """The task input options of the example scripts (`HfArgumentParser`); unset ones keep the loaded config's."""
 
-    use_input_elmo: bool | None = field(default=None, metadata={"help": "Mix the biLM's layers into the task input "
-                                                                        "(false: the task model without ELMo)."})
+    use_input_elmo: bool | None = field(
+        default=None,
+        metadata={"help": "Mix the biLM's layers into the task input (false: the task model without ELMo)."},
+    )
     use_bilm_token_layer: bool | None = field(default=None, metadata={"help": "Put the biLM's token layer in x_k."})
-    task_word_min_count: int | None = field(default=None, metadata={
-        "help": "Add a trainable task word embedding to x_k over the training words seen at least this often."})
+    task_word_min_count: int | None = field(
+        default=None,
+        metadata={
+            "help": "Add a trainable task word embedding to x_k over the training words seen at least this often."
+        },
+    )
     task_word_embedding_dim: int | None = field(default=None, metadata={"help": "Width of the task word embedding."})
-    task_word_vectors: str | None = field(default=None, metadata={
-        "help": "Start the task word embedding from this GloVe or word2vec text file."})
-    task_words_from_bilm: bool = field(default=False, metadata={
-        "help": "Start the task word embedding from the biLM's softmax embeddings (its width is projection_dim)."})
+    task_word_vectors: str | None = field(
+        default=None, metadata={"help": "Start the task word embedding from this GloVe or word2vec text file."}
+    )
+    task_words_from_bilm: bool = field(
+        default=False,
+        metadata={
+            "help": "Start the task word embedding from the biLM's softmax embeddings (its width is projection_dim)."
+        },
+    )
 
     def head_options(self, config, train_sentences):
         """Config fields for `from_pretrained`: the task input flags, and a vocabulary built from `train_sentences`
         (lists of words) unless `config` (a trained head) has one."""
-        options = {name: getattr(self, name) for name in ("use_input_elmo", "use_bilm_token_layer",
-                                                           "task_word_embedding_dim") if getattr(self, name) is not None}
+        options = {
+            name: getattr(self, name)
+            for name in ("use_input_elmo", "use_bilm_token_layer", "task_word_embedding_dim")
+            if getattr(self, name) is not None
+        }
         if self.task_words_from_bilm and self.task_word_embedding_dim is None:
             options["task_word_embedding_dim"] = config.projection_dim
         if self.task_word_min_count is not None and not config.task_word_vocab:
-            options["task_word_vocab"] = build_task_word_vocab(train_sentences, self.task_word_min_count,
-                                                               config.task_word_lowercase)
+            options["task_word_vocab"] = build_task_word_vocab(
+                train_sentences, self.task_word_min_count, config.task_word_lowercase
+            )
         return options
 
     def initialise(self, model, bilm_path):
         """Loads the pretrained task word vectors asked for into a new head; returns what it did, or None."""
         if model.task_encoder.task_words is None or self.task_word_min_count is None:
             return None
-        return initialise_task_words(model, self.task_word_vectors,
-                                     bilm_path if self.task_words_from_bilm else None)  # fmt: skip
+        return initialise_task_words(model, self.task_word_vectors, bilm_path if self.task_words_from_bilm else None)

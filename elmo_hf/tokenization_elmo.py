@@ -4,7 +4,6 @@ import re
 from collections.abc import Mapping
 
 import numpy as np
-
 from tokenizers import Regex, pre_tokenizers
 from transformers.tokenization_utils_base import BatchEncoding, PreTrainedTokenizerBase
 from transformers.utils import PaddingStrategy, TensorType, to_py_obj
@@ -339,7 +338,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if not is_batched:
             encoded = {key: [value] for key, value in encoded.items()}
         if return_attention_mask is not False and "attention_mask" not in encoded:
-            encoded["attention_mask"] = [[1 if any(word) else 0 for word in sentence] for sentence in encoded["input_ids"]]
+            encoded["attention_mask"] = [
+                [1 if any(word) else 0 for word in sentence] for sentence in encoded["input_ids"]
+            ]
 
         padding_strategy, _, max_length, _ = self._get_padding_truncation_strategies(
             padding=padding, max_length=max_length, verbose=verbose

@@ -159,11 +159,16 @@ class LayersDataset(torch.utils.data.Dataset):
         return len(self.layers)
 
     def __getitem__(self, index):
-        return {"elmo_hidden_states": self.layers[index], "input_ids": self.char_ids[index], "labels": self.labels[index]}
+        return {
+            "elmo_hidden_states": self.layers[index],
+            "input_ids": self.char_ids[index],
+            "labels": self.labels[index],
+        }
 
     def subset(self, indices):
-        return LayersDataset([self.layers[i] for i in indices], [self.char_ids[i] for i in indices],
-                             [self.labels[i] for i in indices])  # fmt: skip
+        return LayersDataset(
+            [self.layers[i] for i in indices], [self.char_ids[i] for i in indices], [self.labels[i] for i in indices]
+        )
 
 
 def collate(examples):
@@ -228,13 +233,25 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
     `task_words`: the task vocabulary (None: no task word embedding)."""
     head_class = ElmoForTokenClassification if task == "pos" else ElmoForSequenceClassification
     num_layers = bilm_config.num_lstm_layers + 1
-    words = {} if task_words is None else {"task_word_vocab": task_words,
-                                           "task_word_embedding_dim": bilm_config.projection_dim}  # fmt: skip
-    config = ElmoConfig(**{
-        **bilm_config.to_dict(), "num_labels": num_labels, "freeze_bilm": True, "task_encoder_layers": 1,
-        "task_encoder_hidden_size": args.task_hidden_size, "use_output_elmo": False, "classifier_dropout": 0.5,
-        "scalar_mix_dropout": 0.0, **words, **row_config(row, num_layers),
-    })  # fmt: skip
+    words = (
+        {}
+        if task_words is None
+        else {"task_word_vocab": task_words, "task_word_embedding_dim": bilm_config.projection_dim}
+    )
+    config = ElmoConfig(
+        **{
+            **bilm_config.to_dict(),
+            "num_labels": num_labels,
+            "freeze_bilm": True,
+            "task_encoder_layers": 1,
+            "task_encoder_hidden_size": args.task_hidden_size,
+            "use_output_elmo": False,
+            "classifier_dropout": 0.5,
+            "scalar_mix_dropout": 0.0,
+            **words,
+            **row_config(row, num_layers),
+        }
+    )
     torch.manual_seed(seed)
     # The biLM's weights are never used (its layers are precomputed), so the head is built without loading them.
     model = head_class(config)
@@ -242,11 +259,21 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
         initialise_task_words(model, bilm_path=args.model)
     with tempfile.TemporaryDirectory() as output_dir:
         training_args = TrainingArguments(
-            output_dir=output_dir, per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate,
-            num_train_epochs=args.epochs[task], weight_decay=0.0, seed=seed, data_seed=seed, save_strategy="no",
-            eval_strategy="no", logging_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True,
+            output_dir=output_dir,
+            per_device_train_batch_size=args.batch_size,
+            learning_rate=args.learning_rate,
+            num_train_epochs=args.epochs[task],
+            weight_decay=0.0,
+            seed=seed,
+            data_seed=seed,
+            save_strategy="no",
+            eval_strategy="no",
+            logging_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            disable_tqdm=True,
             dataloader_drop_last=False,
-        )  # fmt: skip
+        )
         trainer = Trainer(model=model, args=training_args, train_dataset=datasets["train"], data_collator=collate)
         trainer.remove_callback(PrinterCallback)  # one progress bar over the runs instead of a line per run
         trainer.train()
@@ -266,16 +293,27 @@ def bag_of_words_accuracy(splits):
     vectorizer = CountVectorizer(ngram_range=(1, 2), lowercase=True)
     features = vectorizer.fit_transform([text for text, _ in splits["train"]])
     classifier = LogisticRegression(max_iter=1000).fit(features, [label for _, label in splits["train"]])
-    return {split: float(classifier.score(vectorizer.transform([text for text, _ in splits[split]]),
-                                          [label for _, label in splits[split]])) for split in ("dev", "test")}  # fmt: skip
+    return {
+        split: float(
+            classifier.score(
+                vectorizer.transform([text for text, _ in splits[split]]), [label for _, label in splits[split]]
+            )
+        )
+        for split in ("dev", "test")
+    }
 
 
 def word_features(words, position):
     """A feature-based tagger's features of one word: the word, its affixes and shape, and its neighbours."""
     word = words[position]
     shape = "".join("X" if c.isupper() else "x" if c.islower() else "d" if c.isdigit() else c for c in word)[:6]
-    features = {"word=" + word.lower(): 1, "shape=" + shape: 1, "prefix=" + word[:3].lower(): 1,
-                "suffix2=" + word[-2:].lower(): 1, "suffix3=" + word[-3:].lower(): 1}  # fmt: skip
+    features = {
+        "word=" + word.lower(): 1,
+        "shape=" + shape: 1,
+        "prefix=" + word[:3].lower(): 1,
+        "suffix2=" + word[-2:].lower(): 1,
+        "suffix3=" + word[-3:].lower(): 1,
+    }
     for offset in (-2, -1, 1, 2):
         neighbour = words[position + offset].lower() if 0 <= position + offset < len(words) else "<pad>"
         features[f"word{offset:+d}=" + neighbour] = 1
@@ -294,8 +332,10 @@ def feature_tagger_accuracy(splits):
     vectorizer = DictVectorizer()
     train_features, train_tags = tokens("train")
     classifier = LogisticRegression(max_iter=300).fit(vectorizer.fit_transform(train_features), train_tags)
-    return {split: float(classifier.score(vectorizer.transform(tokens(split)[0]), tokens(split)[1]))
-            for split in ("dev", "test")}  # fmt: skip
+    return {
+        split: float(classifier.score(vectorizer.transform(tokens(split)[0]), tokens(split)[1]))
+        for split in ("dev", "test")
+    }
 
 
 # ---- layer probes ----
@@ -335,20 +375,24 @@ def summary(values):
 def prepare_task(args, task, model, tokenizer):
     """(datasets per split, number of labels, label names, test examples) of a task, with the biLM's layers."""
     if task == "pos":
-        wheel = find_or_fetch(args.data_dir, "decomp-0.3.2-*.whl", DECOMP,
-                              ["--only-binary=:all:", "--python-version", "3.12"])  # fmt: skip
+        wheel = find_or_fetch(
+            args.data_dir, "decomp-0.3.2-*.whl", DECOMP, ["--only-binary=:all:", "--python-version", "3.12"]
+        )
         splits = load_ewt(wheel)
         names = sorted({tag for split in splits.values() for _, tags in split for tag in tags})
         tag_ids = {name: index for index, name in enumerate(names)}
         words = {split: [w for w, _ in examples] for split, examples in splits.items()}
-        labels = {split: [torch.tensor([-100, *(tag_ids[t] for t in tags), -100]) for _, tags in examples]
-                  for split, examples in splits.items()}  # fmt: skip
+        labels = {
+            split: [torch.tensor([-100, *(tag_ids[t] for t in tags), -100]) for _, tags in examples]
+            for split, examples in splits.items()
+        }
     else:
         sdist = find_or_fetch(args.data_dir, "vaderSentiment-3.3.2.tar.gz", VADER, ["--no-binary=:all:"])
         splits = load_movie_reviews(sdist)
         names = ["negative", "positive"]
-        words = {split: [tokenizer.tokenize(text) or ["."] for text, _ in examples]
-                 for split, examples in splits.items()}  # fmt: skip
+        words = {
+            split: [tokenizer.tokenize(text) or ["."] for text, _ in examples] for split, examples in splits.items()
+        }
         labels = {split: [label for _, label in examples] for split, examples in splits.items()}
     if args.max_examples is not None:  # a slice, for quick runs and tests
         words = {split: values[: args.max_examples] for split, values in words.items()}
@@ -356,8 +400,13 @@ def prepare_task(args, task, model, tokenizer):
         splits = {split: examples[: args.max_examples] for split, examples in splits.items()}
     baseline = feature_tagger_accuracy(splits) if task == "pos" else bag_of_words_accuracy(splits)
     layers = {split: bilm_layers(model, tokenizer, words[split], 64, f"{task} {split}: biLM layers") for split in words}
-    char_ids = {split: [tokenizer([sentence], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
-                        for sentence in words[split]] for split in words}  # fmt: skip
+    char_ids = {
+        split: [
+            tokenizer([sentence], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+            for sentence in words[split]
+        ]
+        for split in words
+    }
     datasets = {split: LayersDataset(layers[split], char_ids[split], labels[split]) for split in words}
     sizes = {split: len(values) for split, values in words.items()}
     return datasets, layers, labels, names, sizes, baseline, words["train"]
@@ -413,24 +462,41 @@ def markdown_table(results):
         lines.append(f"| {task} (test accuracy, %) | {baseline} | " + " | ".join(cells) + " |")
     fractions = results["tasks"].get("pos", {}).get("fractions", {})
     if fractions:
-        lines += ["", "| pos, share of the training sentences | without_elmo | all | ELMo's gain (points) |",
-                  "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "| pos, share of the training sentences | without_elmo | all | ELMo's gain (points) |",
+            "|---|---|---|---|",
+        ]
         full = results["tasks"]["pos"]["rows"]
         for fraction, figures in [*fractions.items(), ("1.0", full)]:
             without, with_elmo = figures.get("without_elmo"), figures.get("all")
-            gain = "" if None in (without, with_elmo) else f"{100 * (with_elmo['test']['mean'] - without['test']['mean']):+.2f}"
+            gain = (
+                ""
+                if None in (without, with_elmo)
+                else f"{100 * (with_elmo['test']['mean'] - without['test']['mean']):+.2f}"
+            )
             lines.append(f"| {float(fraction):.0%} | {cell(without)} | {cell(with_elmo)} | {gain} |")
     if "probes" in results["tasks"].get("pos", {}):
         probes = results["tasks"]["pos"]["probes"]
-        lines += ["", "| pos linear probe | " + " | ".join(f"layer {k}" for k in range(len(probes))) + " |",
-                  "|---" * (len(probes) + 1) + "|",
-                  "| test accuracy, % | " + " | ".join(f"{100 * value:.2f}" for value in probes) + " |"]  # fmt: skip
+        lines += [
+            "",
+            "| pos linear probe | " + " | ".join(f"layer {k}" for k in range(len(probes))) + " |",
+            "|---" * (len(probes) + 1) + "|",
+            "| test accuracy, % | " + " | ".join(f"{100 * value:.2f}" for value in probes) + " |",
+        ]
     weights = mean_layer_weights(results)
     if weights:
         count = len(next(iter(weights.values())))
-        lines += ["", "| learned layer weights (`all`, mean over seeds) | " + " | ".join(f"layer {k}" for k in range(count))
-                  + " |", "|---" * (count + 1) + "|"]  # fmt: skip
-        lines += [f"| {task} | " + " | ".join(f"{value:.3f}" for value in values) + " |" for task, values in weights.items()]
+        lines += [
+            "",
+            "| learned layer weights (`all`, mean over seeds) | "
+            + " | ".join(f"layer {k}" for k in range(count))
+            + " |",
+            "|---" * (count + 1) + "|",
+        ]
+        lines += [
+            f"| {task} | " + " | ".join(f"{value:.3f}" for value in values) + " |" for task, values in weights.items()
+        ]
     return "\n".join(lines)
 
 
@@ -449,10 +515,19 @@ def main(argv=None):
     parser.add_argument("--task-hidden-size", type=int, default=128, help="the task biLSTM's size per direction")
     parser.add_argument("--max-examples", type=int, help="use only the first N examples of every split (a slice)")
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
-    parser.add_argument("--task-word-min-count", type=int, default=2,
-                        help="task word embedding over the training words seen this often (0: none)")
-    parser.add_argument("--fractions", nargs="*", type=float, default=[],
-                        help="pos: also train without_elmo and all on these shares of the training sentences")
+    parser.add_argument(
+        "--task-word-min-count",
+        type=int,
+        default=2,
+        help="task word embedding over the training words seen this often (0: none)",
+    )
+    parser.add_argument(
+        "--fractions",
+        nargs="*",
+        type=float,
+        default=[],
+        help="pos: also train without_elmo and all on these shares of the training sentences",
+    )
     args = parser.parse_args(argv)
     args.epochs = {"pos": args.pos_epochs, "sentiment": args.sentiment_epochs}
     transformers_logging.set_verbosity_error()
@@ -460,17 +535,29 @@ def main(argv=None):
     start = time.time()
     model = ElmoModel.from_pretrained(args.model).eval()
     tokenizer = ElmoTokenizer.from_pretrained(args.model)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())  # fmt: skip
-    results = {"model": args.model, "cpu": cpu, "threads": torch.get_num_threads(), "settings": {
-        key: value for key, value in vars(args).items() if key not in ("model", "output_dir", "data_dir")}, "tasks": {}}
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
+    results = {
+        "model": args.model,
+        "cpu": cpu,
+        "threads": torch.get_num_threads(),
+        "settings": {key: value for key, value in vars(args).items() if key not in ("model", "output_dir", "data_dir")},
+        "tasks": {},
+    }
     for task in args.tasks:
         task_start = time.time()
         datasets, layers, labels, names, sizes, baseline, train_words = prepare_task(args, task, model, tokenizer)
         figures = {"sizes": sizes, "labels": names, "rows": {}, "scikit_learn_baseline": baseline}
         fractions = [1.0, *(args.fractions if task == "pos" else [])]
-        runs = [(fraction, row, seed) for fraction in fractions for row in args.rows for seed in args.seeds
-                if fraction == 1.0 or row in ("without_elmo", "all")]  # fmt: skip
+        runs = [
+            (fraction, row, seed)
+            for fraction in fractions
+            for row in args.rows
+            for seed in args.seeds
+            if fraction == 1.0 or row in ("without_elmo", "all")
+        ]
         scores = {}
         for fraction, row, seed in tqdm(runs, desc=f"{task}: heads", unit="run", file=sys.stderr):
             sample = random.Random(seed).sample(range(sizes["train"]), max(1, round(fraction * sizes["train"])))
@@ -481,8 +568,13 @@ def main(argv=None):
             score = train_head(args, task, row, seed, model.config, subset, len(names), task_words)
             scores.setdefault((fraction, row), []).append(score)
         for (fraction, row), row_scores in scores.items():
-            figure = {split: {**summary([score[split] for score in row_scores]),
-                              "seeds": [score[split] for score in row_scores]} for split in ("dev", "test")}  # fmt: skip
+            figure = {
+                split: {
+                    **summary([score[split] for score in row_scores]),
+                    "seeds": [score[split] for score in row_scores],
+                }
+                for split in ("dev", "test")
+            }
             figure["layer_weights"] = [score["layer_weights"] for score in row_scores]  # per seed, None without a mix
             if fraction == 1.0:
                 figures["rows"][row] = figure
@@ -490,15 +582,19 @@ def main(argv=None):
                 figures.setdefault("fractions", {}).setdefault(str(fraction), {})[row] = figure
         if task == "pos":
             tags = {split: [values[1:-1] for values in labels[split]] for split in labels}
-            figures["probes"] = [probe_layer(layers, tags, layer, args.seeds[0], args.probe_epochs)
-                                 for layer in range(model.config.num_lstm_layers + 1)]  # fmt: skip
+            figures["probes"] = [
+                probe_layer(layers, tags, layer, args.seeds[0], args.probe_epochs)
+                for layer in range(model.config.num_lstm_layers + 1)
+            ]
         figures["seconds"] = round(time.time() - task_start, 1)
         results["tasks"][task] = figures
     results["seconds"] = round(time.time() - start, 1)
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "results.json"), "w", encoding="utf-8") as output:
         json.dump(results, output, indent=1)
-    if mean_layer_weights(results) and not plot_layer_weights(results, os.path.join(args.output_dir, "layer_weights.png")):
+    if mean_layer_weights(results) and not plot_layer_weights(
+        results, os.path.join(args.output_dir, "layer_weights.png")
+    ):
         print("layer_weights.png not written: pip install matplotlib", file=sys.stderr)
     print(markdown_table(results))
     print(f"\n{results['seconds'] / 60:.1f} minutes on {cpu}, {results['threads']} threads")

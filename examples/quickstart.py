@@ -43,8 +43,10 @@ def main(argv=None):
         print(f"{' '.join(words)!r}: {tuple(vectors.shape)} (layers, words, dim), mean |v| {vectors.abs().mean():.4f}")
     # The same word in two contexts gets two different top-layer vectors, but one layer-0 vector.
     period_a, period_b = layers[0, :, 7], layers[1, :, 12]  # (layers, dim) each
-    print(f"'.' in sentences 1 and 2: layer-0 distance {torch.dist(period_a[0], period_b[0]):.2e}, "
-          f"top-layer distance {torch.dist(period_a[-1], period_b[-1]):.3f}")
+    print(
+        f"'.' in sentences 1 and 2: layer-0 distance {torch.dist(period_a[0], period_b[0]):.2e}, "
+        f"top-layer distance {torch.dist(period_a[-1], period_b[-1]):.3f}"
+    )
 
     output = pathlib.Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)

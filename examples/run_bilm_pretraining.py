@@ -7,7 +7,8 @@
 
     # domain fine-tuning of a checkpoint on plain text (one sentence per line; --tokenize for raw text)
     python examples/run_bilm_pretraining.py --model_name_or_path elmo-lm --train_file domain.txt \
-        --validation_file domain_valid.txt --output_dir outputs/domain --do_train --do_eval --optim adamw_torch --learning_rate 1e-3
+        --validation_file domain_valid.txt --output_dir outputs/domain --do_train --do_eval \
+        --optim adamw_torch --learning_rate 1e-3
 
     # the same script on N processes (gloo on CPU, nccl on GPU): the global batch is N x per-device batch
     torchrun --nproc_per_node 2 examples/run_bilm_pretraining.py ...
@@ -73,13 +74,17 @@ class ModelArguments:
     proj_clip: float = field(default=3.0, metadata={"help": "LSTM projection clip"})
     num_sampled_negatives: int | None = field(
         default=None,
-        metadata={"help": "sampled softmax negatives in training (0: full softmax); default 8192 capped at the "
-                  "vocabulary size from scratch, the checkpoint's value when fine-tuning"},
+        metadata={
+            "help": "sampled softmax negatives in training (0: full softmax); default 8192 capped at the "
+            "vocabulary size from scratch, the checkpoint's value when fine-tuning"
+        },
     )
     pretraining_dropout: float | None = field(
         default=None,
-        metadata={"help": "dropout on each LSTM layer's input and the softmax input while training (bilm-tf: "
-                  "0.1); default 0 from scratch, the checkpoint's value when fine-tuning"},
+        metadata={
+            "help": "dropout on each LSTM layer's input and the softmax input while training (bilm-tf: "
+            "0.1); default 0 from scratch, the checkpoint's value when fine-tuning"
+        },
     )
 
 
@@ -199,7 +204,9 @@ class ElmoPreTrainingTrainer(Trainer):
         dataset = train_dataset if train_dataset is not None else self.train_dataset
         if self.args.train_sampling_strategy == "group_by_length" and isinstance(dataset, ElmoLineDataset):
             batch_size = self.args.train_batch_size * self.args.gradient_accumulation_steps
-            return ElmoLengthGroupedSampler(batch_size, dataset.word_counts.tolist(), self.args.data_seed or self.args.seed)
+            return ElmoLengthGroupedSampler(
+                batch_size, dataset.word_counts.tolist(), self.args.data_seed or self.args.seed
+            )
         return super()._get_train_sampler(train_dataset)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
@@ -215,16 +222,24 @@ class ElmoPreTrainingTrainer(Trainer):
         totals = torch.zeros(3, dtype=torch.float64, device=self.args.device)
         start = time.time()
         progress = tqdm(
-            desc=metric_key_prefix, unit="tok", disable=self.args.disable_tqdm or not self.is_world_process_zero(),
-            leave=False, file=sys.stderr,
+            desc=metric_key_prefix,
+            unit="tok",
+            disable=self.args.disable_tqdm or not self.is_world_process_zero(),
+            leave=False,
+            file=sys.stderr,
         )
         with torch.no_grad(), progress:
             for batch in loader:
                 batch = self._prepare_inputs(batch)
                 output = model(**batch)
                 count = targets_per_direction(batch["attention_mask"])
-                totals += torch.stack([output.forward_loss * count, output.backward_loss * count,
-                                       torch.tensor(count, device=totals.device)]).to(totals)
+                totals += torch.stack(
+                    [
+                        output.forward_loss * count,
+                        output.backward_loss * count,
+                        torch.tensor(count, device=totals.device),
+                    ]
+                ).to(totals)
                 progress.update(count * self.args.world_size)
         model.train(was_training)
         if self.args.world_size > 1:
@@ -393,10 +408,13 @@ def main(argv=None):
     if training_args.optim == "adagrad":
         # The Trainer's Adagrad starts from a zero accumulator, whose first step moves every weight by the full
         # learning rate; bilm-tf starts from adagrad_initial_accumulator_value.
-        optimizer = (torch.optim.Adagrad, {
-            "lr": training_args.learning_rate,
-            "initial_accumulator_value": training_args.adagrad_initial_accumulator_value,
-        })
+        optimizer = (
+            torch.optim.Adagrad,
+            {
+                "lr": training_args.learning_rate,
+                "initial_accumulator_value": training_args.adagrad_initial_accumulator_value,
+            },
+        )
     callbacks = [ElmoSaveTokenizerCallback(tokenizer, vocabulary)]
     if data_args.max_train_minutes is not None:
         callbacks.append(ElmoTimeLimitCallback(data_args.max_train_minutes))

@@ -32,9 +32,14 @@ from elmo_hf.metrics import metric_path
 from elmo_hf.task_words import TaskWordArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
-
-HEAD_FIELDS = ('freeze_bilm', 'task_encoder_hidden_size', 'task_encoder_layers', 'use_output_elmo', 'classifier_dropout',
-               'scalar_mix_dropout')
+HEAD_FIELDS = (
+    "freeze_bilm",
+    "task_encoder_hidden_size",
+    "task_encoder_layers",
+    "use_output_elmo",
+    "classifier_dropout",
+    "scalar_mix_dropout",
+)
 
 
 @dataclass
@@ -50,7 +55,9 @@ class ModelArguments:
     task_encoder_hidden_size: int | None = field(default=None, metadata={"help": "Hidden size of the task biLSTM."})
     task_encoder_layers: int | None = field(default=None, metadata={"help": "Layers of the task biLSTM (0: none)."})
     use_output_elmo: bool | None = field(default=None, metadata={"help": "Add a second ELMo mix at the output."})
-    classifier_dropout: float | None = field(default=None, metadata={"help": "Dropout before the encoder and classifier."})
+    classifier_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout before the encoder and classifier."}
+    )
     scalar_mix_dropout: float | None = field(default=None, metadata={"help": "Dropout on the mixed ELMo vector."})
 
 
@@ -102,10 +109,16 @@ def main(argv=None):
     label2id = {name: index for index, name in enumerate(names)}
     # Head hyperparameters given on the command line; the others keep the config's values (ElmoConfig's defaults
     # for a biLM, the trained values for a trained head).
-    head_options = {name: value for name, value in vars(model_args).items() if name in HEAD_FIELDS and value is not None}
+    head_options = {
+        name: value for name, value in vars(model_args).items() if name in HEAD_FIELDS and value is not None
+    }
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
     if "train" in splits:
-        head_options.update(task_word_args.head_options(existing, [tokenizer.tokenize(text) for text in splits["train"][data_args.text_column_name]]))
+        head_options.update(
+            task_word_args.head_options(
+                existing, [tokenizer.tokenize(text) for text in splits["train"][data_args.text_column_name]]
+            )
+        )
     model = AutoModelForSequenceClassification.from_pretrained(
         model_args.model_name_or_path,
         num_labels=len(names),

@@ -35,9 +35,15 @@ from elmo_hf.metrics import metric_path
 from elmo_hf.task_words import TaskWordArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
-
-HEAD_FIELDS = ('use_crf', 'freeze_bilm', 'task_encoder_hidden_size', 'task_encoder_layers', 'use_output_elmo', 'classifier_dropout',
-               'scalar_mix_dropout')
+HEAD_FIELDS = (
+    "use_crf",
+    "freeze_bilm",
+    "task_encoder_hidden_size",
+    "task_encoder_layers",
+    "use_output_elmo",
+    "classifier_dropout",
+    "scalar_mix_dropout",
+)
 
 
 @dataclass
@@ -49,12 +55,16 @@ class ModelArguments:
         metadata={"help": "A converted ELMo biLM (or a trained ELMo tagger); default: elmo_hf.DEFAULT_MODEL."},
     )
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer path; the model's by default."})
-    use_crf: bool | None = field(default=None, metadata={"help": "--use_crf true: train a CRF layer and decode with Viterbi."})
+    use_crf: bool | None = field(
+        default=None, metadata={"help": "--use_crf true: train a CRF layer and decode with Viterbi."}
+    )
     freeze_bilm: bool | None = field(default=None, metadata={"help": "Keep the biLM's weights fixed."})
     task_encoder_hidden_size: int | None = field(default=None, metadata={"help": "Hidden size of the task biLSTM."})
     task_encoder_layers: int | None = field(default=None, metadata={"help": "Layers of the task biLSTM (0: none)."})
     use_output_elmo: bool | None = field(default=None, metadata={"help": "Add a second ELMo mix at the output."})
-    classifier_dropout: float | None = field(default=None, metadata={"help": "Dropout before the encoder and classifier."})
+    classifier_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout before the encoder and classifier."}
+    )
     scalar_mix_dropout: float | None = field(default=None, metadata={"help": "Dropout on the mixed ELMo vector."})
 
 
@@ -122,8 +132,12 @@ def tag_names(splits, label_column):
 
 
 def tokenize_and_align(examples, tokenizer, label2id, text_column, label_column, are_ids, max_words, split_name):
-    encoding = tokenizer(examples[text_column], is_split_into_words=True, truncation=max_words is not None,
-                         max_length=None if max_words is None else max_words + 2)
+    encoding = tokenizer(
+        examples[text_column],
+        is_split_into_words=True,
+        truncation=max_words is not None,
+        max_length=None if max_words is None else max_words + 2,
+    )
     all_labels = []
     for row, (words, tags) in enumerate(zip(examples[text_column], examples[label_column])):
         if len(words) != len(tags):
@@ -160,7 +174,9 @@ def main(argv=None):
     label2id = {name: index for index, name in enumerate(names)}
     # Head hyperparameters given on the command line; the others keep the config's values (ElmoConfig's defaults
     # for a biLM, the trained values for a trained head).
-    head_options = {name: value for name, value in vars(model_args).items() if name in HEAD_FIELDS and value is not None}
+    head_options = {
+        name: value for name, value in vars(model_args).items() if name in HEAD_FIELDS and value is not None
+    }
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
     if "train" in splits:
         head_options.update(task_word_args.head_options(existing, list(splits["train"][data_args.text_column_name])))

@@ -2,8 +2,8 @@
 """What the task input buys, one factor at a time: the recipe's head with and without ELMo, beside a scikit-learn
 baseline, on the public data of `downstream_benchmark.py`.
 
-    python examples/task_input_study.py --task sentiment --variant '{"scalar_mix_dropout": 0.0, "classifier_dropout": 0.3}' \
-        --seeds 0 1 2 --output outputs/study.jsonl
+    python examples/task_input_study.py --task sentiment \
+        --variant '{"scalar_mix_dropout": 0.0, "classifier_dropout": 0.3}' --seeds 0 1 2 --output outputs/study.jsonl
     python examples/task_input_study.py --task pos --variant '{"fraction": 0.01, "use_input_elmo": false}' --seeds 0 1 2
     python examples/task_input_study.py --task pos --baseline
 
@@ -26,11 +26,17 @@ import os
 import random
 import time
 
+import downstream_benchmark as benchmark
 import torch
 
-import downstream_benchmark as benchmark
-from elmo_hf import DEFAULT_MODEL, ElmoConfig, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel
-from elmo_hf import ElmoTokenizer
+from elmo_hf import (
+    DEFAULT_MODEL,
+    ElmoConfig,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
 from elmo_hf.task_words import build_task_word_vocab, initialise_task_words
 
 DEFAULTS = {"sentiment": {"epochs": 4, "lr": 3e-3}, "pos": {"epochs": 8, "lr": 5e-3}}
@@ -39,8 +45,9 @@ DEFAULTS = {"sentiment": {"epochs": 4, "lr": 3e-3}, "pos": {"epochs": 8, "lr": 5
 def load_task(task, data_dir, tokenizer):
     """(words per split, labels per split, label names, the splits as downstream_benchmark reads them)."""
     if task == "pos":
-        wheel = benchmark.find_or_fetch(data_dir, "decomp-0.3.2-*.whl", benchmark.DECOMP,
-                                        ["--only-binary=:all:", "--python-version", "3.12"])  # fmt: skip
+        wheel = benchmark.find_or_fetch(
+            data_dir, "decomp-0.3.2-*.whl", benchmark.DECOMP, ["--only-binary=:all:", "--python-version", "3.12"]
+        )
         splits = benchmark.load_ewt(wheel)
         names = sorted({tag for split in splits.values() for _, tags in split for tag in tags})
         tag_ids = {name: index for index, name in enumerate(names)}
@@ -50,7 +57,9 @@ def load_task(task, data_dir, tokenizer):
         sdist = benchmark.find_or_fetch(data_dir, "vaderSentiment-3.3.2.tar.gz", benchmark.VADER, ["--no-binary=:all:"])
         splits = benchmark.load_movie_reviews(sdist)
         names = ["negative", "positive"]
-        words = {split: [tokenizer.tokenize(text) or ["."] for text, _ in examples] for split, examples in splits.items()}
+        words = {
+            split: [tokenizer.tokenize(text) or ["."] for text, _ in examples] for split, examples in splits.items()
+        }
         labels = {split: [label for _, label in examples] for split, examples in splits.items()}
     return words, labels, names, splits
 
@@ -78,8 +87,15 @@ def batches(task, words, labels, layers, tokenizer, indices, batch_size, rng=Non
 
 def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_config):
     """Trains one head; returns (best dev accuracy, its test accuracy, its epoch)."""
-    options = {**DEFAULTS[task], "batch_size": 32, "min_count": 2, "from_bilm": True, "weight_decay": 0.0,
-               "fraction": 1.0, **variant}  # fmt: skip
+    options = {
+        **DEFAULTS[task],
+        "batch_size": 32,
+        "min_count": 2,
+        "from_bilm": True,
+        "weight_decay": 0.0,
+        "fraction": 1.0,
+        **variant,
+    }
     epochs, lr, batch_size = options.pop("epochs"), options.pop("lr"), options.pop("batch_size")
     min_count, from_bilm, weight_decay = options.pop("min_count"), options.pop("from_bilm"), options.pop("weight_decay")
     fraction = options.pop("fraction")
@@ -99,8 +115,9 @@ def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_confi
     rng, best = random.Random(seed), (-1.0, None, None)
     for epoch in range(epochs):
         model.train()
-        for input_ids, mask, states, targets in batches(task, words["train"], labels["train"], layers["train"],
-                                                        tokenizer, train, batch_size, rng):  # fmt: skip
+        for input_ids, mask, states, targets in batches(
+            task, words["train"], labels["train"], layers["train"], tokenizer, train, batch_size, rng
+        ):
             optimizer.zero_grad()
             model(input_ids=input_ids, attention_mask=mask, elmo_hidden_states=states, labels=targets).loss.backward()
             optimizer.step()
@@ -109,9 +126,12 @@ def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_confi
         with torch.no_grad():
             for split in ("dev", "test"):
                 correct = total = 0
-                for input_ids, mask, states, targets in batches(task, words[split], labels[split], layers[split],
-                                                                tokenizer, range(len(words[split])), 128):  # fmt: skip
-                    predicted = model(input_ids=input_ids, attention_mask=mask, elmo_hidden_states=states).logits.argmax(-1)
+                for input_ids, mask, states, targets in batches(
+                    task, words[split], labels[split], layers[split], tokenizer, range(len(words[split])), 128
+                ):
+                    predicted = model(
+                        input_ids=input_ids, attention_mask=mask, elmo_hidden_states=states
+                    ).logits.argmax(-1)
                     scored = targets != -100
                     correct += int((predicted[scored] == targets[scored]).sum())
                     total += int(scored.sum())
@@ -148,9 +168,17 @@ def main(argv=None):
                 torch.save(layers, args.cache)
         variant = json.loads(args.variant)
         bilm_config = ElmoConfig.from_pretrained(DEFAULT_MODEL)
-        runs = [run(args.task, variant, seed, words, labels, layers, names, tokenizer, bilm_config) for seed in args.seeds]
-        result = {"task": args.task, "variant": variant, "seeds": args.seeds, "dev": [r[0] for r in runs],
-                  "test": [r[1] for r in runs], "epochs": [r[2] for r in runs]}  # fmt: skip
+        runs = [
+            run(args.task, variant, seed, words, labels, layers, names, tokenizer, bilm_config) for seed in args.seeds
+        ]
+        result = {
+            "task": args.task,
+            "variant": variant,
+            "seeds": args.seeds,
+            "dev": [r[0] for r in runs],
+            "test": [r[1] for r in runs],
+            "epochs": [r[2] for r in runs],
+        }
     result["seconds"] = round(time.time() - start)
     line = json.dumps(result)
     print(line, flush=True)

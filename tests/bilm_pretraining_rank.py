@@ -21,8 +21,10 @@ if __name__ == "__main__":
     trainer = run_bilm_pretraining.main(sys.argv[1:])
     rank = trainer.args.process_index
     output_dir = trainer.args.output_dir
-    save_file({name: tensor.contiguous() for name, tensor in trainer.model.state_dict().items()},
-              os.path.join(output_dir, f"rank{rank}.safetensors"))
+    save_file(
+        {name: tensor.contiguous() for name, tensor in trainer.model.state_dict().items()},
+        os.path.join(output_dir, f"rank{rank}.safetensors"),
+    )
     with open(os.path.join(output_dir, f"rank{rank}.json"), "w", encoding="utf-8") as history:
         json.dump(trainer.state.log_history, history)
     run_bilm_pretraining.leave_process_group()

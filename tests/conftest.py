@@ -13,11 +13,11 @@ sys.path.insert(0, str(REPO_ROOT))  # makes `conversion` importable without inst
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
 
-
 # Property tests in CI draw the same examples on every run (derandomize), so that a failure can be replayed by
 # running the suite again; each test states its max_examples (25, or 15 for the slow ones) in test_properties.py.
-hypothesis_settings.register_profile("ci", derandomize=True, max_examples=25, deadline=None, database=None,
-                                     print_blob=True)  # fmt: skip
+hypothesis_settings.register_profile(
+    "ci", derandomize=True, max_examples=25, deadline=None, database=None, print_blob=True
+)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
@@ -76,8 +76,8 @@ def loopback_hub(tmp_path, monkeypatch):
     Caches live under `tmp_path`. Connecting to any address other than the loopback interface fails the test.
     """
     import transformers.utils.hub
-    from huggingface_hub import constants
     from hub_server import LoopbackHub, loopback_guard
+    from huggingface_hub import constants
 
     hub = LoopbackHub().start()
     env = hub.client_env(tmp_path / "hf_home")

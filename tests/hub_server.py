@@ -57,7 +57,7 @@ class Repo:
 
     def add_commit(self, branch, files, title, message=""):
         parent = self.branches.get(branch)
-        date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         digest = hashlib.sha1(json.dumps([parent, title, date, sorted(files)]).encode())
         for path in sorted(files):
             digest.update(git_blob_id(files[path]).encode())
@@ -164,8 +164,10 @@ class LoopbackHub:
         if action == "revision" and method == "GET":
             return self._repo_info(repo, self._commit(repo, arguments[0]))
         if action == "refs" and method == "GET":
-            branches = [{"name": name, "ref": f"refs/heads/{name}", "targetCommit": commit}
-                        for name, commit in repo.branches.items()]
+            branches = [
+                {"name": name, "ref": f"refs/heads/{name}", "targetCommit": commit}
+                for name, commit in repo.branches.items()
+            ]
             return _json_response(200, {"branches": branches, "converts": [], "tags": []})
         if action == "tree" and method == "GET":
             return self._tree(repo, self._commit(repo, arguments[0]), "/".join(arguments[1:]), query)
@@ -229,7 +231,7 @@ class LoopbackHub:
         for path in sorted(commit.files):
             if not path.startswith(prefix):
                 continue
-            relative = path[len(prefix):]
+            relative = path[len(prefix) :]
             if "/" in relative and not recursive:
                 folders.add(prefix + relative.split("/")[0])
                 continue
@@ -243,8 +245,15 @@ class LoopbackHub:
     def _history(self, repo, commit):
         history = []
         while commit is not None:
-            history.append({"id": commit.id, "title": commit.title, "message": commit.message, "date": commit.date,
-                            "authors": [{"user": USER}]})
+            history.append(
+                {
+                    "id": commit.id,
+                    "title": commit.title,
+                    "message": commit.message,
+                    "date": commit.date,
+                    "authors": [{"user": USER}],
+                }
+            )
             commit = repo.commits.get(commit.parent)
         return _json_response(200, history)
 
@@ -252,12 +261,14 @@ class LoopbackHub:
         files = []
         for entry in payload["files"]:
             existing = commit.files.get(entry["path"])
-            files.append({
-                "path": entry["path"],
-                "uploadMode": "regular",  # never "lfs": contents travel inline in the commit
-                "shouldIgnore": False,
-                "oid": None if existing is None else git_blob_id(existing),
-            })
+            files.append(
+                {
+                    "path": entry["path"],
+                    "uploadMode": "regular",  # never "lfs": contents travel inline in the commit
+                    "shouldIgnore": False,
+                    "oid": None if existing is None else git_blob_id(existing),
+                }
+            )
         return _json_response(200, {"files": files, "commitOid": commit.id})
 
     def _apply_commit(self, repo, branch, body, query):
@@ -290,8 +301,15 @@ class LoopbackHub:
                 raise HubError(400, f"the loopback Hub accepts regular files only, got a {key!r} operation")
         commit = repo.add_commit(branch, files, header["summary"], header.get("description", ""))
         prefix = "" if repo.kind == "model" else f"{repo.kind}s/"
-        return _json_response(200, {"success": True, "commitOid": commit.id, "pullRequestUrl": None,
-                                    "commitUrl": f"{self.url}/{prefix}{repo.repo_id}/commit/{commit.id}"})
+        return _json_response(
+            200,
+            {
+                "success": True,
+                "commitOid": commit.id,
+                "pullRequestUrl": None,
+                "commitUrl": f"{self.url}/{prefix}{repo.repo_id}/commit/{commit.id}",
+            },
+        )
 
     def _create_branch(self, repo, branch, payload):
         if branch in repo.branches:

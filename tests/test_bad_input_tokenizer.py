@@ -109,7 +109,7 @@ def test_zero_width_joiner_emoji_and_cjk(tokenizer):
     pieces = ["fam", joiner, "ily", "👨", joiner, "👩", joiner, "👧"]
     assert tokenizer.tokenize(f"fam{joiner}ily {family}") == pieces
     assert tokenizer.tokenize("東京は 晴れ。") == ["東京は", "晴れ", "。"]
-    assert encode_words(tokenizer, ["晴れ"]) == [expected_ids(list("晴れ".encode("utf-8")))]
+    assert encode_words(tokenizer, ["晴れ"]) == [expected_ids(list("晴れ".encode()))]
 
 
 def test_boundary_strings_as_words_get_the_boundary_ids(tokenizer):

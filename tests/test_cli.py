@@ -89,8 +89,10 @@ def test_convert_then_embed_a_real_checkpoint(fixtures_dir, tmp_path, capsys):
         cli.main(["convert", "--help"])
     assert exit.value.code == 0 and "usage: elmo-hf convert" in capsys.readouterr().out
     checkpoint = tmp_path / "checkpoint"
-    cli.main(["convert", "--options", str(folder / "options.json"), "--weights", str(folder / "lm_weights.hdf5")]
-             + ["--output-dir", str(checkpoint)])
+    cli.main(
+        ["convert", "--options", str(folder / "options.json"), "--weights", str(folder / "lm_weights.hdf5")]
+        + ["--output-dir", str(checkpoint)]
+    )
     sentences = [sentence.split() for sentence in json.loads((folder / "sentences.json").read_text())[0]]
     write_lines(tmp_path / "input.txt", sentences)
     cli.main(["embed", str(tmp_path / "input.txt"), str(tmp_path / "vectors.hdf5"), "--model", str(checkpoint)])
@@ -106,7 +108,9 @@ def test_perplexity_prints_what_the_python_api_computes(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     model, tokenizer, vocabulary = perplexity.load_language_model(DEFAULT_MODEL)
     sentences = perplexity.read_sentences(tmp_path / "text.txt")
-    assert printed == pytest.approx(perplexity.evaluate_perplexity(model, tokenizer, vocabulary, sentences, "stateless"))
+    assert printed == pytest.approx(
+        perplexity.evaluate_perplexity(model, tokenizer, vocabulary, sentences, "stateless")
+    )
 
 
 def test_a_model_folder_whose_config_contradicts_its_weights_is_one_line(model_dir, tmp_path, capsys):
@@ -115,8 +119,10 @@ def test_a_model_folder_whose_config_contradicts_its_weights_is_one_line(model_d
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps(config | {"lstm_dim": "16"}))
     write_lines(tmp_path / "input.txt", SENTENCES)
-    for command in (["embed", str(tmp_path / "input.txt"), str(tmp_path / "out.npz")], ["perplexity", "--text",
-                                                                                       str(tmp_path / "input.txt")]):
+    for command in (
+        ["embed", str(tmp_path / "input.txt"), str(tmp_path / "out.npz")],
+        ["perplexity", "--text", str(tmp_path / "input.txt")],
+    ):
         with pytest.raises(SystemExit) as exit_info:
             cli.main([*command, "--model", str(checkpoint)])
         assert exit_info.value.code == 2

@@ -7,12 +7,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO_ROOT
+
 from conversion.convert_elmo_original_tf_to_hf import main
-from elmo_hf import original_tf
+from elmo_hf import ElmoModel, ElmoTokenizer, original_tf
 from elmo_hf.original_tf import convert_hdf5, read_hdf5_weights
-from elmo_hf import ElmoModel, ElmoTokenizer
 
 
 def copy_weights(source, destination, drop=None, replace=None, add=None):
@@ -29,11 +28,26 @@ def copy_weights(source, destination, drop=None, replace=None, add=None):
 
 def test_cli_writes_a_complete_checkpoint(fixtures_dir, tmp_path):
     folder = fixtures_dir / "allennlp_elmo"
-    main(["--options", str(folder / "options.json"), "--weights", str(folder / "lm_weights.hdf5"),
-          "--output-dir", str(tmp_path)])
+    main(
+        [
+            "--options",
+            str(folder / "options.json"),
+            "--weights",
+            str(folder / "lm_weights.hdf5"),
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
     files = {path.name for path in tmp_path.iterdir()}
-    assert {"config.json", "model.safetensors", "tokenizer_config.json", "modeling_elmo.py",
-            "configuration_elmo.py", "tokenization_elmo.py", "conversion_report.json"} <= files
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "modeling_elmo.py",
+        "configuration_elmo.py",
+        "tokenization_elmo.py",
+        "conversion_report.json",
+    } <= files
     assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in files)
     report = json.loads((tmp_path / "conversion_report.json").read_text())
     assert report["datasets_converted"] == 33 and report["verification_max_abs_difference"] < 1e-5
@@ -49,7 +63,9 @@ def test_conversion_needs_no_tensorflow(fixtures_dir):
         "from elmo_hf.original_tf import convert_hdf5\n"
         f"convert_hdf5({str(folder / 'options.json')!r}, {str(folder / 'lm_weights.hdf5')!r})\n"
     )
-    subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, check=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    )
 
 
 @pytest.mark.parametrize("language", ["es", "fr", "it"])
@@ -70,7 +86,9 @@ def test_multilingual_weight_files_convert_and_verify(fixtures_dir, language):
 def test_missing_dataset_is_named(fixtures_dir, tmp_path):
     folder = fixtures_dir / "allennlp_elmo"
     weights = copy_weights(folder / "lm_weights.hdf5", tmp_path / "w.hdf5", drop="CNN_high_1/b_carry")
-    with pytest.raises(ValueError, match=r"w.hdf5: dataset 'CNN_high_1/b_carry' is missing \(expected shape \(124,\)\)"):
+    with pytest.raises(
+        ValueError, match=r"w.hdf5: dataset 'CNN_high_1/b_carry' is missing \(expected shape \(124,\)\)"
+    ):
         convert_hdf5(folder / "options.json", weights)
 
 
@@ -78,13 +96,17 @@ def test_misshapen_dataset_names_both_shapes(fixtures_dir, tmp_path):
     folder = fixtures_dir / "allennlp_elmo"
     name = "RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/W_P_0"
     weights = copy_weights(folder / "lm_weights.hdf5", tmp_path / "w.hdf5", replace={name: np.zeros((16, 64), "f4")})
-    with pytest.raises(ValueError, match=rf"dataset '{name}' has shape \(16, 64\), expected \(64, 16\) for encoder.layers.1"):
+    with pytest.raises(
+        ValueError, match=rf"dataset '{name}' has shape \(16, 64\), expected \(64, 16\) for encoder.layers.1"
+    ):
         convert_hdf5(folder / "options.json", weights)
 
 
 def test_unused_dataset_is_an_error(fixtures_dir, tmp_path):
     folder = fixtures_dir / "allennlp_elmo"
-    weights = copy_weights(folder / "lm_weights.hdf5", tmp_path / "w.hdf5", add={"CNN_high_2/W_carry": np.zeros((2, 2), "f4")})
+    weights = copy_weights(
+        folder / "lm_weights.hdf5", tmp_path / "w.hdf5", add={"CNN_high_2/W_carry": np.zeros((2, 2), "f4")}
+    )
     with pytest.raises(ValueError, match=r"datasets not used by this config: \['CNN_high_2/W_carry'\]"):
         convert_hdf5(folder / "options.json", weights)
 
@@ -93,7 +115,10 @@ def test_options_that_contradict_the_weights(fixtures_dir):
     folder = fixtures_dir / "allennlp_elmo"
     options = json.loads((folder / "options.json").read_text())
     options["lstm"]["dim"] = 128
-    with pytest.raises(ValueError, match=r"dataset 'RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0' has shape \(32, 256\), expected \(32, 512\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"dataset 'RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0' has shape \(32, 256\), expected \(32, 512\)",
+    ):
         convert_hdf5(options, folder / "lm_weights.hdf5")
 
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import REPO_ROOT, tiny_model
+from transformers import AutoModel
 
+from elmo_hf import ElmoModel, ElmoPreTrainedModel
 from elmo_hf.original_tf import config_from_options, convert_hdf5, read_hdf5_weights
 from elmo_hf.user_errors import UserInputError
-from elmo_hf import ElmoModel, ElmoPreTrainedModel
-from transformers import AutoModel
 
 # ---- bilm-tf hdf5 weights and options.json (the converter) ----
 
@@ -64,7 +64,8 @@ BAD_DATASETS = {
 # Each case: (an edit of the parsed options.json, the message after "<options file>: ").
 BAD_OPTIONS = {
     "missing key": (
-        lambda options: options["lstm"].pop("projection_dim"), "options is missing the key 'lstm.projection_dim'"
+        lambda options: options["lstm"].pop("projection_dim"),
+        "options is missing the key 'lstm.projection_dim'",
     ),
     "missing section": (lambda options: options.pop("char_cnn"), "options is missing the key 'char_cnn'"),
     "wrong type": (
@@ -218,9 +219,14 @@ def missing_perplexity_model(source, tmp_path):
 
 def missing_options_file(source, tmp_path):
     missing = tmp_path / "no_such_options.json"
-    return convert_command(ELMO_HF + ["convert"], lambda source, tmp_path: (missing, source[1], (
-        f"{missing}: cannot be read (No such file or directory); expected bilm-tf's options.json"
-    )))(source, tmp_path)
+    return convert_command(
+        ELMO_HF + ["convert"],
+        lambda source, tmp_path: (
+            missing,
+            source[1],
+            (f"{missing}: cannot be read (No such file or directory); expected bilm-tf's options.json"),
+        ),
+    )(source, tmp_path)
 
 
 def bad_conll_line(source, tmp_path):

@@ -4,10 +4,10 @@ products; the oneDNN-packed ones are CPU-only). Skipped where torch sees no GPU.
 import h5py
 import pytest
 import torch
-
-from elmo_hf.original_tf import convert_hdf5
 from test_fast_path import tiny_model_and_batch
 from test_parity import WEIGHT_SETS, assert_close, stateful_batches
+
+from elmo_hf.original_tf import convert_hdf5
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
 
@@ -39,8 +39,9 @@ def test_cuda_gradients_equal_the_cpu():
 
     expected = gradients("cpu")
     for name, gradient in gradients("cuda").items():
-        torch.testing.assert_close(gradient, expected[name], rtol=0, atol=1e-9,
-                                   msg=lambda detail, name=name: f"{name}: {detail}")
+        torch.testing.assert_close(
+            gradient, expected[name], rtol=0, atol=1e-9, msg=lambda detail, name=name: f"{name}: {detail}"
+        )
 
 
 @pytest.mark.parametrize("name", WEIGHT_SETS)
@@ -48,7 +49,9 @@ def test_cuda_float32_matches_bilm_tf(name, fixtures_dir):
     """The published TF outputs, reproduced on the GPU in float32 (state carried, as bilm-tf does), at
     numpy.allclose(atol=1e-6): the CUDA path is as faithful as the CPU one, not only self-consistent."""
     folder, all_layers_file = WEIGHT_SETS[name]
-    model, tokenizer, _ = convert_hdf5(fixtures_dir / folder / "options.json", fixtures_dir / folder / "lm_weights.hdf5")
+    model, tokenizer, _ = convert_hdf5(
+        fixtures_dir / folder / "options.json", fixtures_dir / folder / "lm_weights.hdf5"
+    )
     expected = h5py.File(fixtures_dir / "bilm_tf_all_layers" / all_layers_file, "r")
     for index, _, output in stateful_batches(fixtures_dir, model.to("cuda"), tokenizer, device="cuda"):
         layers = torch.stack(output.hidden_states, dim=1).cpu().numpy()  # (batch, layers, words, 2 * proj)

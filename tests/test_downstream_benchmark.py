@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 import torch
-
 from conftest import REPO_ROOT, tiny_model
+
 from elmo_hf import ElmoTokenizer
 
 sys.path.insert(0, str(REPO_ROOT / "examples"))
@@ -24,8 +24,10 @@ TAGGED = [  # (words, upos): word identity decides the tag, so a head can learn 
 
 
 def ewt_graph(name, words, tags):
-    nodes = [{"domain": "syntax", "type": "token", "position": position, "form": word, "upos": tag}
-             for position, (word, tag) in reversed(list(enumerate(zip(words, tags), start=1)))]  # fmt: skip
+    nodes = [
+        {"domain": "syntax", "type": "token", "position": position, "form": word, "upos": tag}
+        for position, (word, tag) in reversed(list(enumerate(zip(words, tags), start=1)))
+    ]
     nodes.append({"domain": "semantics", "type": "predicate", "form": "ignored"})
     return {"nodes": nodes, "graph": [["name", name]]}
 
@@ -109,11 +111,31 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
     model = tiny_model()
     model.save_pretrained(model_dir)
     ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token).save_pretrained(model_dir)
-    results = downstream_benchmark.main([
-        "--model", str(model_dir), "--output-dir", str(tmp_path / "out"), "--data-dir", str(data_dir),
-        "--seeds", "0", "1", "--pos-epochs", "2", "--sentiment-epochs", "2", "--probe-epochs", "2",
-        "--task-hidden-size", "8", "--max-examples", "20", "--fractions", "0.5",
-    ])  # fmt: skip
+    results = downstream_benchmark.main(
+        [
+            "--model",
+            str(model_dir),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--data-dir",
+            str(data_dir),
+            "--seeds",
+            "0",
+            "1",
+            "--pos-epochs",
+            "2",
+            "--sentiment-epochs",
+            "2",
+            "--probe-epochs",
+            "2",
+            "--task-hidden-size",
+            "8",
+            "--max-examples",
+            "20",
+            "--fractions",
+            "0.5",
+        ]
+    )
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == json.loads(json.dumps(results))
     for task in ("pos", "sentiment"):
         rows = results["tasks"][task]["rows"]
@@ -126,7 +148,8 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
         assert 0.0 <= results["tasks"][task]["scikit_learn_baseline"]["test"] <= 1.0
         assert results["tasks"][task]["rows"]["without_elmo"]["layer_weights"] == [None, None]
         assert [sum(weights) for weights in results["tasks"][task]["rows"]["all"]["layer_weights"]] == [
-            pytest.approx(1.0)] * 2  # fmt: skip
+            pytest.approx(1.0)
+        ] * 2
     assert set(results["tasks"]["pos"]["fractions"]["0.5"]) == {"without_elmo", "all"}  # sample efficiency
     table = capsys.readouterr().out
     assert "| pos (test accuracy, %) |" in table and "| sentiment (test accuracy, %) |" in table
@@ -141,8 +164,18 @@ def test_the_task_input_study_runs_and_appends_its_line(data_dir, tmp_path, task
 
     output = tmp_path / "study.jsonl"
     common = ["--task", task, "--data-dir", str(data_dir), "--output", str(output)]
-    result = task_input_study.main([*common, "--variant", '{"epochs": 2, "fraction": 0.5, "use_input_elmo": false}',
-                                    "--seeds", "0", "1", "--cache", str(tmp_path / "layers.pt")])  # fmt: skip
+    result = task_input_study.main(
+        [
+            *common,
+            "--variant",
+            '{"epochs": 2, "fraction": 0.5, "use_input_elmo": false}',
+            "--seeds",
+            "0",
+            "1",
+            "--cache",
+            str(tmp_path / "layers.pt"),
+        ]
+    )
     assert len(result["test"]) == 2 and all(0.0 <= value <= 1.0 for value in result["test"])
     assert (tmp_path / "layers.pt").exists()
     baseline = task_input_study.main([*common, "--baseline"])

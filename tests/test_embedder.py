@@ -202,7 +202,9 @@ def test_embed_file_refuses_empty_lines_existing_outputs_unknown_formats_and_pip
     with pytest.raises(ValueError, match=r"output must end in .hdf5, .h5 or .npz, got '.*out.txt'"):
         embedder.embed_file(tmp_path / "input.txt", tmp_path / "out.txt", progress=False)
     os.mkfifo(tmp_path / "pipe")
-    with pytest.raises(ValueError, match="pipe is not a regular file: it is read more than once, which a pipe cannot be"):
+    with pytest.raises(
+        ValueError, match="pipe is not a regular file: it is read more than once, which a pipe cannot be"
+    ):
         embedder.embed_file(tmp_path / "pipe", tmp_path / "out.npz", progress=False)
 
 
@@ -236,8 +238,12 @@ def test_interrupted_npz_run_resumes_to_the_identical_file(embedder, tmp_path, m
 
     with pytest.raises(FileExistsError, match=r"holds an unfinished run: pass resume=True \(--resume\) to continue"):
         embedder.embed_file(tmp_path / "input.txt", tmp_path / "vectors.npz", **settings)
-    with pytest.raises(ValueError, match=r"these settings differ from the unfinished run's: chunk_size \(was 3, now 4\)"):
-        embedder.embed_file(tmp_path / "input.txt", tmp_path / "vectors.npz", **{**settings, "chunk_size": 4}, resume=True)
+    with pytest.raises(
+        ValueError, match=r"these settings differ from the unfinished run's: chunk_size \(was 3, now 4\)"
+    ):
+        embedder.embed_file(
+            tmp_path / "input.txt", tmp_path / "vectors.npz", **{**settings, "chunk_size": 4}, resume=True
+        )
     summary = embedder.embed_file(tmp_path / "input.txt", tmp_path / "vectors.npz", **settings, resume=True)
     assert summary["sentences"] == 20 - 9  # the three saved chunks are not redone
     assert (tmp_path / "vectors.npz").read_bytes() == (tmp_path / "reference.npz").read_bytes()

@@ -17,11 +17,32 @@ from elmo_hf.metrics import metric_path
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 COMMON_ARGUMENTS = [
-    "--do_train", "--do_eval", "--do_predict", "--num_train_epochs", "8", "--learning_rate", "1e-2",
-    "--per_device_train_batch_size", "8", "--eval_strategy", "epoch", "--save_strategy", "epoch",
-    "--load_best_model_at_end", "--save_total_limit", "1", "--report_to", "none", "--use_cpu",
-    "--classifier_dropout", "0.0", "--task_encoder_hidden_size", "8", "--disable_tqdm", "true",
-]  # fmt: skip
+    "--do_train",
+    "--do_eval",
+    "--do_predict",
+    "--num_train_epochs",
+    "8",
+    "--learning_rate",
+    "1e-2",
+    "--per_device_train_batch_size",
+    "8",
+    "--eval_strategy",
+    "epoch",
+    "--save_strategy",
+    "epoch",
+    "--load_best_model_at_end",
+    "--save_total_limit",
+    "1",
+    "--report_to",
+    "none",
+    "--use_cpu",
+    "--classifier_dropout",
+    "0.0",
+    "--task_encoder_hidden_size",
+    "8",
+    "--disable_tqdm",
+    "true",
+]
 
 
 def load_example(name):
@@ -64,11 +85,25 @@ def test_token_classification_example_end_to_end(tmp_path, bilm_dir):
         write_conll(tmp_path / f"{name}.conll", ner_sentences(64, seed))
     output_dir = tmp_path / "out"
     example = load_example("run_token_classification")
-    example.main([
-        "--model_name_or_path", str(bilm_dir), "--train_file", str(tmp_path / "train.conll"),
-        "--validation_file", str(tmp_path / "dev.conll"), "--test_file", str(tmp_path / "test.conll"),
-        "--output_dir", str(output_dir), "--metric_for_best_model", "f1", "--use_crf", "true", *COMMON_ARGUMENTS,
-    ])  # fmt: skip
+    example.main(
+        [
+            "--model_name_or_path",
+            str(bilm_dir),
+            "--train_file",
+            str(tmp_path / "train.conll"),
+            "--validation_file",
+            str(tmp_path / "dev.conll"),
+            "--test_file",
+            str(tmp_path / "test.conll"),
+            "--output_dir",
+            str(output_dir),
+            "--metric_for_best_model",
+            "f1",
+            "--use_crf",
+            "true",
+            *COMMON_ARGUMENTS,
+        ]
+    )
     results = json.loads((output_dir / "test_results.json").read_text())
     # The tags follow from the words alone: the tagger must learn them (measured: F1 0.98 on one thread).
     assert results["test_f1"] >= 0.9 and results["test_precision"] >= 0.9, results
@@ -91,19 +126,37 @@ def test_token_classification_example_end_to_end(tmp_path, bilm_dir):
     # A trained tagger keeps its tags: a tag it never saw is an error naming the example and the word.
     write_conll(tmp_path / "new.conll", [[("Paris", "B-LOC")]])
     with pytest.raises(ValueError, match=r"test example 0, word 0 \('Paris'\): unknown tag 'B-LOC'; the model knows"):
-        example.main([
-            "--model_name_or_path", str(output_dir), "--test_file", str(tmp_path / "new.conll"),
-            "--output_dir", str(tmp_path / "out2"), "--do_predict", "--report_to", "none",
-        ])  # fmt: skip
+        example.main(
+            [
+                "--model_name_or_path",
+                str(output_dir),
+                "--test_file",
+                str(tmp_path / "new.conll"),
+                "--output_dir",
+                str(tmp_path / "out2"),
+                "--do_predict",
+                "--report_to",
+                "none",
+            ]
+        )
 
 
 def test_token_classification_example_rejects_mismatched_tags(tmp_path, bilm_dir):
     (tmp_path / "train.jsonl").write_text(json.dumps({"tokens": ["a", "b"], "ner_tags": ["O"]}) + "\n")
     with pytest.raises(ValueError, match="train example 0: 2 words but 1 tags"):
-        load_example("run_token_classification").main([
-            "--model_name_or_path", str(bilm_dir), "--train_file", str(tmp_path / "train.jsonl"),
-            "--output_dir", str(tmp_path / "out"), "--do_train", "--report_to", "none",
-        ])  # fmt: skip
+        load_example("run_token_classification").main(
+            [
+                "--model_name_or_path",
+                str(bilm_dir),
+                "--train_file",
+                str(tmp_path / "train.jsonl"),
+                "--output_dir",
+                str(tmp_path / "out"),
+                "--do_train",
+                "--report_to",
+                "none",
+            ]
+        )
 
 
 def test_text_classification_example_end_to_end(tmp_path, bilm_dir):
@@ -117,12 +170,27 @@ def test_text_classification_example_end_to_end(tmp_path, bilm_dir):
                 words = rng.choices(["the", "cat", "sat", "on", "a", "mat"], k=4) + (["not"] if negative else [])
                 writer.writerow([" ".join(rng.sample(words, len(words))) + ".", "neg" if negative else "pos"])
     output_dir = tmp_path / "out"
-    load_example("run_text_classification").main([
-        "--model_name_or_path", str(bilm_dir), "--train_file", str(tmp_path / "train.csv"),
-        "--validation_file", str(tmp_path / "dev.csv"), "--test_file", str(tmp_path / "test.csv"),
-        "--output_dir", str(output_dir), "--metric_for_best_model", "macro_f1", *COMMON_ARGUMENTS,
-        "--num_train_epochs", "12", "--lr_scheduler_type", "constant",
-    ])  # fmt: skip
+    load_example("run_text_classification").main(
+        [
+            "--model_name_or_path",
+            str(bilm_dir),
+            "--train_file",
+            str(tmp_path / "train.csv"),
+            "--validation_file",
+            str(tmp_path / "dev.csv"),
+            "--test_file",
+            str(tmp_path / "test.csv"),
+            "--output_dir",
+            str(output_dir),
+            "--metric_for_best_model",
+            "macro_f1",
+            *COMMON_ARGUMENTS,
+            "--num_train_epochs",
+            "12",
+            "--lr_scheduler_type",
+            "constant",
+        ]
+    )
     results = json.loads((output_dir / "test_results.json").read_text())
     # A sentence is "neg" exactly when it contains "not": the classifier must learn it (measured: accuracy 0.98).
     assert results["test_accuracy"] >= 0.9 and results["test_macro_f1"] >= 0.9, results
@@ -167,7 +235,16 @@ def test_unknown_metric_name():
 
 def test_fortunes_corpus_is_written_in_ptb_form(tmp_path):
     prepare = load_example("prepare_fortunes_corpus")
-    assert prepare.ptb_words("Don't pay $1,000.50 for it's FREE!") == ["do", "n't", "pay", "N", "for", "it", "'s", "free"]
+    assert prepare.ptb_words("Don't pay $1,000.50 for it's FREE!") == [
+        "do",
+        "n't",
+        "pay",
+        "N",
+        "for",
+        "it",
+        "'s",
+        "free",
+    ]
     assert prepare.ptb_words("the cat sat", vocabulary={"the", "sat"}) == ["the", "<unk>", "sat"]
     fortunes = tmp_path / "fortunes"
     fortunes.mkdir()
@@ -176,8 +253,10 @@ def test_fortunes_corpus_is_written_in_ptb_form(tmp_path):
     (fortunes / "wisdom.dat").write_bytes(b"\x00\x01")  # strfile's index: skipped
     (fortunes / "ascii-art").write_text("### ### ###\n", encoding="utf-8")  # skipped by name
     prepare.main([str(fortunes), str(tmp_path / "out")])
-    splits = {name: (tmp_path / "out" / f"{name}.txt").read_text(encoding="utf-8").splitlines()
-              for name in ("train", "valid", "test")}  # fmt: skip
+    splits = {
+        name: (tmp_path / "out" / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+        for name in ("train", "valid", "test")
+    }
     # Fortunes 10 and 20 go to test, 11 and 21 to valid; "too short" (2 words) is dropped everywhere.
     assert splits["test"] == ["fortune number N is here", "and a second one follows"] * 2
     assert len(splits["valid"]) == 4 and len(splits["train"]) == 2 * 21
@@ -193,9 +272,14 @@ def test_news_corpus_keeps_case_punctuation_and_digits_and_splits_by_article(tmp
     writer = csv.DictWriter(rows, ["article_id", "publish_date", "article_source_link", "title", "subtitle", "text"])
     writer.writeheader()
     for index in range(41):
-        writer.writerow({"article_id": index + 1, "title": f"Headline {index}", "subtitle": "",
-                         "text": 'The Senate voted 51-50. Warren said: "It is hard,"?then left! Why? '
-                                 'DeVos"?nomination passed.'})  # fmt: skip
+        writer.writerow(
+            {
+                "article_id": index + 1,
+                "title": f"Headline {index}",
+                "subtitle": "",
+                "text": 'The Senate voted 51-50. Warren said: "It is hard,"?then left! Why? DeVos"?nomination passed.',
+            }
+        )
     inner = io.BytesIO()
     with zipfile.ZipFile(inner, "w") as archive:
         archive.writestr("NewsArticles.csv", rows.getvalue())

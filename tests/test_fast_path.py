@@ -6,8 +6,8 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import tiny_model
+
 from elmo_hf import cpu_kernels
 
 
@@ -28,8 +28,10 @@ def reference_sentence(model, char_ids, initial_state=None):
     tokens = []
     for word in char_ids:
         chars = F.embedding(word, encoder.char_embedding, padding_idx=0).t()  # (char_dim, chars)
-        features = [activation(F.conv1d(chars[None], conv.weight, conv.bias)[0].max(dim=1).values)
-                    for conv in encoder.convolutions]
+        features = [
+            activation(F.conv1d(chars[None], conv.weight, conv.bias)[0].max(dim=1).values)
+            for conv in encoder.convolutions
+        ]
         x = torch.cat(features)
         for highway in encoder.highways:
             gate = torch.sigmoid(highway.gate.weight @ x + highway.gate.bias)
@@ -52,8 +54,11 @@ def reference_sentence(model, char_ids, initial_state=None):
                 cell, hidden = initial_state[0][index, direction], initial_state[1][index, direction]
             steps = []
             for x in inputs[direction]:
-                gates = (x @ layer.input_weight[direction] + hidden @ layer.recurrent_weight[direction]
-                         + layer.bias[direction])
+                gates = (
+                    x @ layer.input_weight[direction]
+                    + hidden @ layer.recurrent_weight[direction]
+                    + layer.bias[direction]
+                )
                 input_gate, forget_gate, candidate, output_gate = gates.chunk(4)
                 cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(candidate)
                 if config.cell_clip is not None:
@@ -70,15 +75,17 @@ def reference_sentence(model, char_ids, initial_state=None):
             final_hiddens.append(hidden)
         inputs = outputs
         layers.append(torch.cat([outputs[0], outputs[1].flip(0)], dim=-1))
-    final_state = (torch.stack(final_cells).view(-1, 2, config.lstm_dim),
-                   torch.stack(final_hiddens).view(-1, 2, config.projection_dim))
+    final_state = (
+        torch.stack(final_cells).view(-1, 2, config.lstm_dim),
+        torch.stack(final_hiddens).view(-1, 2, config.projection_dim),
+    )
     return torch.stack(layers), final_state
 
 
 def random_batch(generator, batch, max_words, chars, vocabulary=7):
     """Right-padded char ids drawn from a small random vocabulary (so words repeat), random lengths >= 1."""
     words = torch.randint(1, 262, (vocabulary, chars), generator=generator)
-    words[:, chars // 2:] = 0  # words shorter than max_characters_per_token, as the tokenizer pads them
+    words[:, chars // 2 :] = 0  # words shorter than max_characters_per_token, as the tokenizer pads them
     lengths = torch.randint(1, max_words + 1, (batch,), generator=generator)
     lengths[0] = max_words
     input_ids = torch.zeros(batch, max_words, chars, dtype=torch.long)
@@ -109,8 +116,10 @@ def test_fast_path_equals_step_by_step_reference(skip, activation, with_state, o
     batch, layers = input_ids.shape[0], model.config.num_lstm_layers
     state = None
     if with_state:
-        state = (torch.randn(layers, 2, batch, model.config.lstm_dim, generator=generator, dtype=torch.float64),
-                 torch.randn(layers, 2, batch, model.config.projection_dim, generator=generator, dtype=torch.float64))
+        state = (
+            torch.randn(layers, 2, batch, model.config.lstm_dim, generator=generator, dtype=torch.float64),
+            torch.randn(layers, 2, batch, model.config.projection_dim, generator=generator, dtype=torch.float64),
+        )
 
     with torch.no_grad():
         output = model(input_ids, output_hidden_states=True, lstm_states=state)
@@ -140,8 +149,9 @@ def test_fast_path_equals_step_by_step_reference(skip, activation, with_state, o
 )
 def test_config_options_equal_the_reference(options):
     model = tiny_model(seed=4, **options).double()
-    input_ids, lengths = random_batch(torch.Generator().manual_seed(3), batch=3, max_words=7,
-                                      chars=model.config.max_characters_per_token)
+    input_ids, lengths = random_batch(
+        torch.Generator().manual_seed(3), batch=3, max_words=7, chars=model.config.max_characters_per_token
+    )
     with torch.no_grad():
         fast = torch.stack(model(input_ids, output_hidden_states=True).hidden_states, dim=1)  # (B, L+1, W, 2P)
         for row, length in enumerate(lengths.tolist()):
@@ -157,8 +167,14 @@ def test_fast_path_gradients_equal_reference():
     model = tiny_model(seed=5).double()
     generator = torch.Generator().manual_seed(2)
     input_ids, lengths = random_batch(generator, batch=4, max_words=6, chars=model.config.max_characters_per_token)
-    weights = torch.randn(4, model.config.num_lstm_layers + 1, 6, 2 * model.config.projection_dim,
-                          generator=generator, dtype=torch.float64)
+    weights = torch.randn(
+        4,
+        model.config.num_lstm_layers + 1,
+        6,
+        2 * model.config.projection_dim,
+        generator=generator,
+        dtype=torch.float64,
+    )
 
     model.zero_grad()
     fast = torch.stack(model(input_ids, output_hidden_states=True).hidden_states, dim=1)
@@ -178,8 +194,12 @@ def test_fast_path_gradients_equal_reference():
 def tiny_model_and_batch(model_seed, batch_seed, batch, max_words):
     """A tiny float32 model (`tiny_model(seed=model_seed)`) and a `random_batch` of char ids for it."""
     model = tiny_model(seed=model_seed)
-    input_ids, _ = random_batch(torch.Generator().manual_seed(batch_seed), batch=batch, max_words=max_words,
-                                chars=model.config.max_characters_per_token)
+    input_ids, _ = random_batch(
+        torch.Generator().manual_seed(batch_seed),
+        batch=batch,
+        max_words=max_words,
+        chars=model.config.max_characters_per_token,
+    )
     return model, input_ids
 
 
@@ -190,8 +210,9 @@ def _forward_float32(model, input_ids, needs_gradient):
         return torch.stack(model(input_ids, output_hidden_states=True).hidden_states, dim=1).detach()
 
 
-needs_onednn = pytest.mark.skipif(not cpu_kernels.onednn_products_available(),
-                                  reason="this torch has no working oneDNN linear operators")  # fmt: skip
+needs_onednn = pytest.mark.skipif(
+    not cpu_kernels.onednn_products_available(), reason="this torch has no working oneDNN linear operators"
+)
 
 
 def test_without_the_private_onednn_operators_the_plain_products_give_the_same_vectors(monkeypatch):
@@ -225,7 +246,10 @@ def test_prepacked_products_equal_the_plain_products_in_float32():
     input_ids, lengths = random_batch(generator, batch=7, max_words=10, chars=model.config.max_characters_per_token)
     packed = _forward_float32(model, input_ids, needs_gradient=False)
     for layer in model.encoder.layers:
-        assert set(cpu_kernels._WEIGHT_COPIES[layer]) == {("recurrent_weight", "onednn"), ("projection_weight", "onednn")}
+        assert set(cpu_kernels._WEIGHT_COPIES[layer]) == {
+            ("recurrent_weight", "onednn"),
+            ("projection_weight", "onednn"),
+        }
     plain = _forward_float32(model, input_ids, needs_gradient=True)
     # Two different products: rounding may differ (or not, depending on the CPU and oneDNN build).
     torch.testing.assert_close(packed, plain, rtol=1e-5, atol=1e-6)

@@ -10,10 +10,10 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO_ROOT, tiny_config, tiny_model
+from conftest import tiny_config, tiny_model
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-from elmo_hf import ElmoConfig, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoScalarMix
+from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoScalarMix
 from elmo_hf.modeling_elmo import ElmoCrf
 
 SENTENCES = [["John", "lives", "in", "Paris", "."], ["Hi", "there"], ["A"]]
@@ -107,8 +107,9 @@ def test_scalar_mix_layer_norm_of_a_constant_layer_is_zero_not_nan():
     mix = ElmoScalarMix(3, do_layer_norm=True)
     mixed = mix(layers, torch.ones(2, 4, dtype=torch.bool))
     assert torch.isfinite(mixed).all()
-    expected = ElmoScalarMix(3, do_layer_norm=True)([layers[0], torch.zeros_like(layers[1]), layers[2]],
-                                                    torch.ones(2, 4, dtype=torch.bool))  # fmt: skip
+    expected = ElmoScalarMix(3, do_layer_norm=True)(
+        [layers[0], torch.zeros_like(layers[1]), layers[2]], torch.ones(2, 4, dtype=torch.bool)
+    )
     torch.testing.assert_close(mixed, expected)
 
 
@@ -227,16 +228,22 @@ def test_token_logits_do_not_depend_on_padding_or_batch_mates(tokenizer, task_en
 def test_token_labels_must_match_the_words(tokenizer):
     model = head_with_random_weights(ElmoForTokenClassification, num_labels=3)
     encoding = encode(tokenizer)
-    with pytest.raises(ValueError, match=r"labels must have shape \(3, 7\) \(batch, words\), one per word of "
-                       r"input_ids, got \(3, 6\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"labels must have shape \(3, 7\) \(batch, words\), one per word of "
+        r"input_ids, got \(3, 6\)",
+    ):
         model(**encoding, labels=torch.zeros(3, 6, dtype=torch.long))
 
 
 def test_head_needs_num_labels():
     config = tiny_config()
     config.id2label = {}
-    with pytest.raises(ValueError, match=r"ElmoForTokenClassification needs config.num_labels \(or id2label\), "
-                       r"got num_labels=0"):
+    with pytest.raises(
+        ValueError,
+        match=r"ElmoForTokenClassification needs config.num_labels \(or id2label\), "
+        r"got num_labels=0",
+    ):
         ElmoForTokenClassification(config)
 
 
@@ -260,16 +267,28 @@ def test_head_config_fields_are_validated(field, value, message):
 
 @pytest.mark.parametrize("task_encoder_layers", [1, 2])
 def test_head_config_reaches_the_mixes_and_the_task_encoder(task_encoder_layers):
-    head = ElmoForTokenClassification(tiny_config(
-        num_labels=3, use_output_elmo=True, scalar_mix_initial_weights=[0.5, -1.0, 2.0], scalar_mix_dropout=0.25,
-        task_encoder_layers=task_encoder_layers, task_encoder_hidden_size=6, classifier_dropout=0.125,
-    ))  # fmt: skip
+    head = ElmoForTokenClassification(
+        tiny_config(
+            num_labels=3,
+            use_output_elmo=True,
+            scalar_mix_initial_weights=[0.5, -1.0, 2.0],
+            scalar_mix_dropout=0.25,
+            task_encoder_layers=task_encoder_layers,
+            task_encoder_hidden_size=6,
+            classifier_dropout=0.125,
+        )
+    )
     encoder = head.task_encoder
     for mix in (encoder.input_mix, encoder.output_mix):
         assert mix.weights.tolist() == [0.5, -1.0, 2.0] and mix.dropout.p == 0.25
     assert encoder.dropout.p == 0.125
     lstm = encoder.lstm
-    assert (lstm.num_layers, lstm.hidden_size, lstm.bidirectional, lstm.batch_first) == (task_encoder_layers, 6, True, True)
+    assert (lstm.num_layers, lstm.hidden_size, lstm.bidirectional, lstm.batch_first) == (
+        task_encoder_layers,
+        6,
+        True,
+        True,
+    )
     assert lstm.input_size == 8 + 16  # x_k (projection_dim) and ELMo_k (2 * projection_dim)
     assert encoder.output_size == 2 * 6 + 16 and head.classifier.in_features == 2 * 6 + 16
 
@@ -354,8 +373,11 @@ def test_freeze_bilm_decides_whether_the_bilm_gets_gradients(tokenizer):
 @pytest.mark.parametrize("head_class", [ElmoForTokenClassification, ElmoForSequenceClassification])
 def test_heads_return_tuples_when_asked(tokenizer, head_class):
     encoding = encode(tokenizer)
-    labels = torch.tensor([0, 1, 2]) if head_class is ElmoForSequenceClassification else word_labels(
-        encoding, lambda row, word: word % 3)  # fmt: skip
+    labels = (
+        torch.tensor([0, 1, 2])
+        if head_class is ElmoForSequenceClassification
+        else word_labels(encoding, lambda row, word: word % 3)
+    )
     model = head_with_random_weights(head_class, num_labels=3)
     expected = model(**encoding, labels=labels)
     as_tuple = model(**encoding, labels=labels, return_dict=False)
@@ -394,7 +416,9 @@ def test_sequence_classification_problem_types(tokenizer):
 
 @pytest.mark.parametrize("task_encoder_layers", [0, 1])
 def test_sequence_pooling_ignores_padding(tokenizer, task_encoder_layers):
-    model = head_with_random_weights(ElmoForSequenceClassification, num_labels=2, task_encoder_layers=task_encoder_layers)
+    model = head_with_random_weights(
+        ElmoForSequenceClassification, num_labels=2, task_encoder_layers=task_encoder_layers
+    )
     batched = model(**encode(tokenizer)).logits
     for row, sentence in enumerate(SENTENCES):
         assert_within_guarantee(batched[row], model(**encode(tokenizer, [sentence])).logits[0], task_encoder_layers)
@@ -487,5 +511,9 @@ def test_feature_extraction_and_text_classification_pipelines_on_raw_text(tokeni
     result = pipeline("text-classification", model=classifier, tokenizer=tokenizer)(text)
     with torch.no_grad():
         probabilities = classifier(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0]
-    assert result == [{"label": classifier.config.id2label[int(probabilities.argmax())], "score": pytest.approx(
-        float(probabilities.max()), rel=1e-5)}]
+    assert result == [
+        {
+            "label": classifier.config.id2label[int(probabilities.argmax())],
+            "score": pytest.approx(float(probabilities.max()), rel=1e-5),
+        }
+    ]

@@ -36,7 +36,9 @@ def tagging_dataset(tokenizer, size, seed):
         words = [rng.choice(WORDS) for _ in range(rng.randint(3, 8))]
         encoding = tokenizer(words, is_split_into_words=True)
         labels = [-100 if w is None else pos_tag(words, w) for w in encoding.word_ids()]
-        rows.append({"input_ids": encoding["input_ids"], "attention_mask": encoding["attention_mask"], "labels": labels})
+        rows.append(
+            {"input_ids": encoding["input_ids"], "attention_mask": encoding["attention_mask"], "labels": labels}
+        )
     return Dataset.from_list(rows)
 
 

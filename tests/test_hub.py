@@ -12,27 +12,38 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_config, tiny_model
+from hub_server import NonLoopbackConnection, client_prelude, git_blob_id, loopback_guard
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-from hub_server import NonLoopbackConnection, client_prelude, git_blob_id, loopback_guard
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 from transformers.utils import cached_file
 
 import elmo_hf
-from conversion import convert_all_published, convert_elmo_original_tf_to_hf as converter
-from elmo_hf import original_tf
-from elmo_hf import ElmoModel, ElmoTokenizer
+from conversion import convert_all_published
+from conversion import convert_elmo_original_tf_to_hf as converter
+from elmo_hf import ElmoModel, ElmoTokenizer, original_tf
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
 
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 CODE_FILES = {
-    "configuration_elmo.py", "modeling_elmo.py", "cpu_kernels.py", "lstm_training_kernel.py", "tokenization_elmo.py",
-    "char_ids.py", "packed_steps.py",
+    "configuration_elmo.py",
+    "modeling_elmo.py",
+    "cpu_kernels.py",
+    "lstm_training_kernel.py",
+    "tokenization_elmo.py",
+    "char_ids.py",
+    "packed_steps.py",
 }
-CONVERTED_FILES = {".gitattributes", "README.md", "config.json", "model.safetensors", "tokenizer_config.json",
-                   "conversion_report.json"} | CODE_FILES
+CONVERTED_FILES = {
+    ".gitattributes",
+    "README.md",
+    "config.json",
+    "model.safetensors",
+    "tokenizer_config.json",
+    "conversion_report.json",
+} | CODE_FILES
 
 # A child process in which `elmo_hf` cannot be imported runs the usage code of the repo's README exactly as
 # written, then saves what it computed.
@@ -65,8 +76,14 @@ def write_random_bilm_tf_files(directory, stem, config, seed=0):
 def run_child(code, env, tmp_path):
     """Run `code` in a fresh Python with `env`, outside the repository, behind the loopback guard."""
     child_env = {name: value for name, value in env.items() if name != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", client_prelude(TESTS_DIR) + code], env=child_env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", client_prelude(TESTS_DIR) + code],
+        env=child_env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 
@@ -88,8 +105,18 @@ def repo_files(repo_id, revision=None):
 def test_converted_checkpoint_loads_by_repo_id_without_elmo_hf_then_offline(loopback_hub, tmp_path):
     options, weights = write_random_bilm_tf_files(tmp_path, "elmo_random", tiny_config())
     output_dir = tmp_path / "converted"
-    converter.main(["--options", str(options), "--weights", str(weights), "--output-dir", str(output_dir),
-                    "--push-to-hub", "elmo-org/elmo-tiny"])
+    converter.main(
+        [
+            "--options",
+            str(options),
+            "--weights",
+            str(weights),
+            "--output-dir",
+            str(output_dir),
+            "--push-to-hub",
+            "elmo-org/elmo-tiny",
+        ]
+    )
 
     assert repo_files("elmo-org/elmo-tiny") == CONVERTED_FILES
     config = json.loads(open(hf_hub_download("elmo-org/elmo-tiny", "config.json")).read())
@@ -98,8 +125,9 @@ def test_converted_checkpoint_loads_by_repo_id_without_elmo_hf_then_offline(loop
     assert tokenizer_config["auto_map"]["AutoTokenizer"][0] == "tokenization_elmo.ElmoTokenizer"
 
     env = dict(os.environ)
-    run_child(LOAD_WITHOUT_ELMO_HF.format(repo_id="elmo-org/elmo-tiny", output=str(tmp_path / "online.st")),
-              env, tmp_path)
+    run_child(
+        LOAD_WITHOUT_ELMO_HF.format(repo_id="elmo-org/elmo-tiny", output=str(tmp_path / "online.st")), env, tmp_path
+    )
     online = load_file(tmp_path / "online.st")
     local = ElmoModel.from_pretrained(output_dir).eval()
     expected = layers_of(local, {"input_ids": online["input_ids"], "attention_mask": online["attention_mask"]})
@@ -108,8 +136,9 @@ def test_converted_checkpoint_loads_by_repo_id_without_elmo_hf_then_offline(loop
 
     served = len(loopback_hub.requests)
     env["HF_HUB_OFFLINE"] = "1"
-    run_child(LOAD_WITHOUT_ELMO_HF.format(repo_id="elmo-org/elmo-tiny", output=str(tmp_path / "offline.st")),
-              env, tmp_path)
+    run_child(
+        LOAD_WITHOUT_ELMO_HF.format(repo_id="elmo-org/elmo-tiny", output=str(tmp_path / "offline.st")), env, tmp_path
+    )
     assert len(loopback_hub.requests) == served  # the offline child never asked the Hub
     assert torch.equal(load_file(tmp_path / "offline.st")["layers"], expected)
 
@@ -118,8 +147,10 @@ def test_push_to_hub_of_model_and_tokenizer_and_a_second_push_updates_the_revisi
     first_model, tokenizer = tiny_model(seed=0), ElmoTokenizer(max_characters_per_token=20)
     first = first_model.push_to_hub("elmo-org/pushed")
     tokenizer.push_to_hub("elmo-org/pushed")
-    assert repo_files("elmo-org/pushed") == {".gitattributes", "README.md", "config.json", "model.safetensors",
-                                             "tokenizer_config.json"} | CODE_FILES
+    assert (
+        repo_files("elmo-org/pushed")
+        == {".gitattributes", "README.md", "config.json", "model.safetensors", "tokenizer_config.json"} | CODE_FILES
+    )
 
     metadata = get_hf_file_metadata(hf_hub_url("elmo-org/pushed", "config.json"))
     assert metadata.commit_hash == HfApi().repo_info("elmo-org/pushed").sha  # X-Repo-Commit
@@ -150,8 +181,18 @@ def test_push_to_hub_of_a_new_repo_publishes_the_elmo_model_card(loopback_hub):
 
 def test_push_to_hub_keeps_the_model_card_of_a_converted_repo(loopback_hub, tmp_path):
     options, weights = write_random_bilm_tf_files(tmp_path, "elmo_random", tiny_config())
-    converter.main(["--options", str(options), "--weights", str(weights), "--output-dir", str(tmp_path / "out"),
-                    "--push-to-hub", "elmo-org/elmo-tiny"])
+    converter.main(
+        [
+            "--options",
+            str(options),
+            "--weights",
+            str(weights),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--push-to-hub",
+            "elmo-org/elmo-tiny",
+        ]
+    )
     card = open(hf_hub_download("elmo-org/elmo-tiny", "README.md"), encoding="utf-8").read()
 
     ElmoModel.from_pretrained(tmp_path / "out").push_to_hub("elmo-org/elmo-tiny", commit_message="fine-tuned")
@@ -162,8 +203,21 @@ def test_push_to_hub_keeps_the_model_card_of_a_converted_repo(loopback_hub, tmp_
 
 def test_conversion_to_a_private_repo_and_a_branch(loopback_hub, tmp_path):
     options, weights = write_random_bilm_tf_files(tmp_path, "elmo_random", tiny_config())
-    converter.main(["--options", str(options), "--weights", str(weights), "--output-dir", str(tmp_path / "out"),
-                    "--push-to-hub", "elmo-org/secret", "--private", "--revision", "converted"])
+    converter.main(
+        [
+            "--options",
+            str(options),
+            "--weights",
+            str(weights),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--push-to-hub",
+            "elmo-org/secret",
+            "--private",
+            "--revision",
+            "converted",
+        ]
+    )
 
     assert loopback_hub.repo("elmo-org/secret").private
     assert repo_files("elmo-org/secret") == {".gitattributes"}  # main is untouched
@@ -176,8 +230,9 @@ def test_conversion_to_a_private_repo_and_a_branch(loopback_hub, tmp_path):
 
 def test_push_to_hub_needs_a_namespaced_repo_id(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:  # before any file is read
-        converter.main(["--options", "o.json", "--weights", "w.hdf5", "--output-dir", str(tmp_path),
-                        "--push-to-hub", "elmo-tiny"])
+        converter.main(
+            ["--options", "o.json", "--weights", "w.hdf5", "--output-dir", str(tmp_path), "--push-to-hub", "elmo-tiny"]
+        )
     assert exit_info.value.code == 2
     expected = "error: --push-to-hub: takes a repo id of the form namespace/name, got 'elmo-tiny'\n"
     assert capsys.readouterr().err == expected
@@ -212,12 +267,16 @@ def test_convert_all_published_models_in_one_command(loopback_hub, tmp_path):
     for seed, (stem, config) in enumerate(sizes.items()):
         write_random_bilm_tf_files(source, stem, config, seed)
 
-    convert_all_published.main(["--input-dir", str(source), "--output-dir", str(tmp_path / "out"),
-                                "--push-to-hub-namespace", "elmo-org"])
+    convert_all_published.main(
+        ["--input-dir", str(source), "--output-dir", str(tmp_path / "out"), "--push-to-hub-namespace", "elmo-org"]
+    )
 
-    repos = {"elmo-small": "elmo_2x1024_128_2048cnn_1xhighway", "elmo-medium": "elmo_2x2048_256_2048cnn_1xhighway",
-             "elmo-original": "elmo_2x4096_512_2048cnn_2xhighway",
-             "elmo-original-5.5b": "elmo_2x4096_512_2048cnn_2xhighway_5.5B"}
+    repos = {
+        "elmo-small": "elmo_2x1024_128_2048cnn_1xhighway",
+        "elmo-medium": "elmo_2x2048_256_2048cnn_1xhighway",
+        "elmo-original": "elmo_2x4096_512_2048cnn_2xhighway",
+        "elmo-original-5.5b": "elmo_2x4096_512_2048cnn_2xhighway_5.5B",
+    }
     assert sorted(repo_id for _, repo_id in loopback_hub.repos) == sorted(f"elmo-org/{name}" for name in repos)
     for name, stem in repos.items():
         assert repo_files(f"elmo-org/{name}") == CONVERTED_FILES
@@ -225,7 +284,9 @@ def test_convert_all_published_models_in_one_command(loopback_hub, tmp_path):
         assert (report["source_options"], report["source_weights"]) == (f"{stem}_options.json", f"{stem}_weights.hdf5")
         config = json.loads(open(hf_hub_download(f"elmo-org/{name}", "config.json")).read())
         assert (config["lstm_dim"], config["num_highway_layers"]) == (
-            sizes[stem].lstm_dim, sizes[stem].num_highway_layers)
+            sizes[stem].lstm_dim,
+            sizes[stem].num_highway_layers,
+        )
         card = open(hf_hub_download(f"elmo-org/{name}", "README.md"), encoding="utf-8").read()
         assert f'from_pretrained("elmo-org/{name}", trust_remote_code=True)' in card
     five_billion = open(hf_hub_download("elmo-org/elmo-original-5.5b", "README.md"), encoding="utf-8").read()
@@ -247,8 +308,13 @@ def test_trainer_push_to_hub_loads_back(loopback_hub, tmp_path):
     from transformers import Trainer, TrainingArguments
 
     model = tiny_model(seed=2)
-    args = TrainingArguments(output_dir=str(tmp_path / "run"), push_to_hub=True, hub_model_id="elmo-org/trained",
-                             report_to="none", use_cpu=True)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        push_to_hub=True,
+        hub_model_id="elmo-org/trained",
+        report_to="none",
+        use_cpu=True,
+    )
     trainer = Trainer(model=model, args=args, processing_class=ElmoTokenizer(max_characters_per_token=20))
     commit = trainer.push_to_hub()
 
@@ -257,17 +323,22 @@ def test_trainer_push_to_hub_loads_back(loopback_hub, tmp_path):
     assert same_weights(AutoModel.from_pretrained("elmo-org/trained"), model)
 
 
-@pytest.mark.parametrize("head_name,auto_name", [("ElmoForTokenClassification", "AutoModelForTokenClassification"),
-                                                 ("ElmoForSequenceClassification",
-                                                  "AutoModelForSequenceClassification")])
+@pytest.mark.parametrize(
+    "head_name,auto_name",
+    [
+        ("ElmoForTokenClassification", "AutoModelForTokenClassification"),
+        ("ElmoForSequenceClassification", "AutoModelForSequenceClassification"),
+    ],
+)
 def test_trainer_pushes_a_fine_tuned_head_that_loads_with_its_auto_class(loopback_hub, tmp_path, head_name, auto_name):
     import transformers
     from transformers import Trainer, TrainingArguments
 
     torch.manual_seed(0)
     head = getattr(elmo_hf, head_name)(tiny_config(num_labels=3)).eval()
-    args = TrainingArguments(output_dir=str(tmp_path / "run"), push_to_hub=True, hub_model_id="elmo-org/head",
-                             report_to="none", use_cpu=True)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"), push_to_hub=True, hub_model_id="elmo-org/head", report_to="none", use_cpu=True
+    )
     Trainer(model=head, args=args, processing_class=ElmoTokenizer(max_characters_per_token=20)).push_to_hub()
 
     loaded = getattr(transformers, auto_name).from_pretrained("elmo-org/head").eval()
@@ -283,8 +354,15 @@ def test_loopback_guard_blocks_other_addresses(tmp_path):
         socket.create_connection(("huggingface.co", 443), timeout=1)
     assert blocked == [("huggingface.co", 443)]
     result = subprocess.run(
-        [sys.executable, "-c", client_prelude(TESTS_DIR) + "import socket\n"
-         "try:\n    socket.create_connection(('192.0.2.1', 443), timeout=1)\nexcept ConnectionError:\n    pass\n"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        [
+            sys.executable,
+            "-c",
+            client_prelude(TESTS_DIR) + "import socket\n"
+            "try:\n    socket.create_connection(('192.0.2.1', 443), timeout=1)\nexcept ConnectionError:\n    pass\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
     )
     assert result.returncode == 97 and "192.0.2.1" in result.stderr  # even a swallowed attempt fails the child

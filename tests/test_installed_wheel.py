@@ -42,19 +42,22 @@ def installed(tmp_path_factory):
     shutil.copytree(REPO_ROOT, source, ignore=not_source)  # builds leave build/ and *.egg-info behind: not here
     environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(root / "dist"), str(source)],
-        cwd=root, env=environment)
+    run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(root / "dist"), str(source)],
+        cwd=root,
+        env=environment,
+    )
     (wheel,) = (root / "dist").glob("elmo_hf-*.whl")
     venv = root / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=root, env=environment)
     python = venv / "bin" / "python"
     run([*pip, "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)], cwd=root, env=environment)
-    venv_site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root,
-                    environment).stdout.strip()
+    venv_site = run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root, environment
+    ).stdout.strip()
     with open(os.path.join(venv_site, "dependencies_from_the_test_interpreter.pth"), "w", encoding="utf-8") as pth:
         pth.write(sysconfig.get_paths()["purelib"] + "\n")
-    environment.update(PATH=f"{venv / 'bin'}{os.pathsep}{environment['PATH']}", HF_HUB_OFFLINE="1",
-                       OMP_NUM_THREADS="1")
+    environment.update(PATH=f"{venv / 'bin'}{os.pathsep}{environment['PATH']}", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     work = root / "work"
     work.mkdir()
     return venv, environment, work
@@ -72,14 +75,29 @@ def test_the_package_comes_from_the_venv_without_the_conversion_package(installe
 def test_convert_then_embed_outside_the_checkout(installed, fixtures_dir):
     venv, environment, work = installed
     folder = fixtures_dir / "allennlp_elmo"
-    converted = run(["elmo-hf", "convert", "--options", str(folder / "options.json"), "--weights",
-                     str(folder / "lm_weights.hdf5"), "--output-dir", "converted"], work, environment)
+    converted = run(
+        [
+            "elmo-hf",
+            "convert",
+            "--options",
+            str(folder / "options.json"),
+            "--weights",
+            str(folder / "lm_weights.hdf5"),
+            "--output-dir",
+            "converted",
+        ],
+        work,
+        environment,
+    )
     assert "converted 33 datasets; outputs match bilm-tf's arithmetic" in converted.stderr
     report = json.loads((work / "converted" / "conversion_report.json").read_text())
     assert report["converter"] == "elmo_hf.original_tf" and report["verification_max_abs_difference"] < 1e-5
     (work / "input.txt").write_text("The cat sat .\nHello\n", encoding="utf-8")
-    run(["elmo-hf", "embed", "input.txt", "vectors.npz", "--model", "converted", "--layers", "top", "--quiet"], work,
-        environment)
+    run(
+        ["elmo-hf", "embed", "input.txt", "vectors.npz", "--model", "converted", "--layers", "top", "--quiet"],
+        work,
+        environment,
+    )
     vectors = np.load(work / "vectors.npz")
     # --layers top: (words, 2 * projection_dim) per line; the fixture's projection_dim is 16.
     assert vectors["0"].shape == (4, 32) and vectors["1"].shape == (1, 32)
@@ -89,8 +107,9 @@ def test_convert_then_embed_outside_the_checkout(installed, fixtures_dir):
 def test_perplexity_of_the_shipped_model_outside_the_checkout(installed):
     venv, environment, work = installed
     (work / "text.txt").write_text("the cat sat on the mat .\na dog ran home\n", encoding="utf-8")
-    printed = run(["elmo-hf", "perplexity", "--text", "text.txt", "--protocol", "stateless", "--json"], work,
-                  environment).stdout
+    printed = run(
+        ["elmo-hf", "perplexity", "--text", "text.txt", "--protocol", "stateless", "--json"], work, environment
+    ).stdout
     result = json.loads(printed)
     assert result["protocol"] == "stateless" and result["targets_per_direction"] == 13  # 11 words + 2 sentence ends
     assert 1 < result["perplexity"] < 10_000  # the shipped PTB model's vocabulary has 10,000 words

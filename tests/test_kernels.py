@@ -3,10 +3,10 @@ gradients) and the CPU inference kernels of cpu_kernels.py, on tiny random model
 
 import pytest
 import torch
-
 from conftest import tiny_model
-from elmo_hf import cpu_kernels, modeling_elmo
 from test_fast_path import random_batch
+
+from elmo_hf import cpu_kernels, modeling_elmo
 
 
 def both_paths(model, input_ids, monkeypatch, **kwargs):
@@ -73,8 +73,9 @@ def test_a_batch_of_one_one_word_sentence(monkeypatch):
     input_ids = torch.zeros(1, 1, model.config.max_characters_per_token, dtype=torch.long)
     input_ids[0, 0, :4] = torch.tensor([259, 70, 80, 260])
     reference, kernel = both_paths(model, input_ids, monkeypatch)
-    for kernel_tensor, reference_tensor in zip(kernel.hidden_states + kernel.lstm_states,
-                                               reference.hidden_states + reference.lstm_states):
+    for kernel_tensor, reference_tensor in zip(
+        kernel.hidden_states + kernel.lstm_states, reference.hidden_states + reference.lstm_states
+    ):
         assert_within_float32_rounding(kernel_tensor, reference_tensor)
 
 
@@ -82,8 +83,9 @@ def test_a_token_cache_gives_the_same_vectors_on_both_paths(monkeypatch):
     from elmo_hf import ElmoTokenCache
 
     model = tiny_model(seed=6)
-    input_ids, _ = random_batch(torch.Generator().manual_seed(3), batch=4, max_words=7,
-                                chars=model.config.max_characters_per_token)
+    input_ids, _ = random_batch(
+        torch.Generator().manual_seed(3), batch=4, max_words=7, chars=model.config.max_characters_per_token
+    )
     known = input_ids[0, :3]  # some words of the batch; the others go through the character encoder
     cache = ElmoTokenCache(model.character_encoder, known)
     without_cache, _ = both_paths(model, input_ids, monkeypatch)
@@ -111,8 +113,9 @@ def test_the_predicate_chooses_the_kernels_only_for_cpu_inference():
 
 def test_a_call_that_needs_gradients_runs_the_reference_path(monkeypatch):
     model = tiny_model(seed=2)
-    input_ids, _ = random_batch(torch.Generator().manual_seed(1), batch=3, max_words=5,
-                                chars=model.config.max_characters_per_token)
+    input_ids, _ = random_batch(
+        torch.Generator().manual_seed(1), batch=3, max_words=5, chars=model.config.max_characters_per_token
+    )
 
     def kernel_path(*args):
         raise RuntimeError("the kernel path ran")

@@ -12,8 +12,9 @@ from elmo_hf.packed_steps import PackedSteps
 
 
 def random_encoder(cell_clip, proj_clip, num_lstm_layers=2):
-    config = ElmoConfig(lstm_dim=5, projection_dim=4, num_lstm_layers=num_lstm_layers, cell_clip=cell_clip,
-                        proj_clip=proj_clip)  # fmt: skip
+    config = ElmoConfig(
+        lstm_dim=5, projection_dim=4, num_lstm_layers=num_lstm_layers, cell_clip=cell_clip, proj_clip=proj_clip
+    )
     torch.manual_seed(0)
     encoder = ElmoBiLstm(config).double()
     for parameter in encoder.parameters():
@@ -40,8 +41,10 @@ def test_hand_written_backward_matches_autograd(cell_clip, proj_clip):
     encoder = random_encoder(cell_clip, proj_clip)
     mask = torch.arange(5) < torch.tensor(LENGTHS).unsqueeze(1)  # (batch, words)
     inputs = torch.randn(5, 5, 4, dtype=torch.float64).masked_fill(~mask.unsqueeze(-1), 0.0).requires_grad_()
-    states = (torch.randn(2, 2, 5, 5, dtype=torch.float64, requires_grad=True),
-              torch.randn(2, 2, 5, 4, dtype=torch.float64, requires_grad=True))  # fmt: skip
+    states = (
+        torch.randn(2, 2, 5, 5, dtype=torch.float64, requires_grad=True),
+        torch.randn(2, 2, 5, 4, dtype=torch.float64, requires_grad=True),
+    )
     expected_values, expected_gradients = outputs_and_gradients(encoder, "reference", inputs, mask, states)
     values, gradients = outputs_and_gradients(encoder, "packed", inputs, mask, states)
     if proj_clip is not None:

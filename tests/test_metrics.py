@@ -73,14 +73,40 @@ def test_token_classification_example_trains_on_part_of_speech_tags(tmp_path):
     spec = importlib.util.spec_from_file_location("run_token_classification", script)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    example.main([
-        "--model_name_or_path", str(bilm_dir), "--train_file", str(tmp_path / "train.conll"),
-        "--validation_file", str(tmp_path / "dev.conll"), "--test_file", str(tmp_path / "test.conll"),
-        "--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval", "--do_predict", "--num_train_epochs", "1",
-        "--per_device_train_batch_size", "4", "--eval_strategy", "epoch", "--save_strategy", "no",
-        "--metric_for_best_model", "accuracy", "--report_to", "none", "--use_cpu", "--disable_tqdm", "true",
-        "--task_encoder_hidden_size", "8",
-    ])  # fmt: skip
+    example.main(
+        [
+            "--model_name_or_path",
+            str(bilm_dir),
+            "--train_file",
+            str(tmp_path / "train.conll"),
+            "--validation_file",
+            str(tmp_path / "dev.conll"),
+            "--test_file",
+            str(tmp_path / "test.conll"),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--num_train_epochs",
+            "1",
+            "--per_device_train_batch_size",
+            "4",
+            "--eval_strategy",
+            "epoch",
+            "--save_strategy",
+            "no",
+            "--metric_for_best_model",
+            "accuracy",
+            "--report_to",
+            "none",
+            "--use_cpu",
+            "--disable_tqdm",
+            "true",
+            "--task_encoder_hidden_size",
+            "8",
+        ]
+    )
     results = json.loads((tmp_path / "out" / "test_results.json").read_text())
     assert 0.0 <= results["test_accuracy"] <= 1.0
     assert not {"test_precision", "test_recall", "test_f1"} & set(results)

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config, tiny_model
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from conftest import tiny_config, tiny_model
 from elmo_hf import ElmoConfig, ElmoModel, ElmoModelOutput
 
 SENTENCES = [["A", "short", "one"], ["Hi"], ["a", "much", "longer", "sentence", "with", "more", "words", "."]]
@@ -93,13 +93,17 @@ def test_config_options_equal_the_numpy_reference_of_bilm_tf(tokenizer, options)
     """Random weights in bilm-tf's hdf5 layout, converted, against the converter's NumPy transcription of bilm-tf's
     arithmetic (TF gate order, forget bias 1.0, optional clips, highways, skip connections)."""
     from elmo_hf.original_tf import (
-        bilm_tf_reference_layers, build_model, convert_weights, hdf5_key_table,
-    )  # fmt: skip
+        bilm_tf_reference_layers,
+        build_model,
+        convert_weights,
+        hdf5_key_table,
+    )
 
     config = tiny_config(**options)
     rng = np.random.default_rng(0)
-    arrays = {entry.source: rng.normal(0.0, 0.5, entry.source_shape).astype(np.float32)
-              for entry in hdf5_key_table(config)}  # fmt: skip
+    arrays = {
+        entry.source: rng.normal(0.0, 0.5, entry.source_shape).astype(np.float32) for entry in hdf5_key_table(config)
+    }
     model = build_model(config, convert_weights(arrays, config, hdf5_key_table(config)))
     batch = encode(tokenizer, SENTENCES)
     with torch.no_grad():

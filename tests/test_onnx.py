@@ -7,9 +7,9 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from elmo_hf.original_tf import convert_hdf5
 from elmo_hf import cli
 from elmo_hf.onnx_export import ElmoOnnxModel, export_onnx
+from elmo_hf.original_tf import convert_hdf5
 
 ATOL = 1e-5
 
@@ -116,8 +116,17 @@ def word_ids(batch, words, chars=20):
             "padding_side='right')",
         ),
     ],
-    ids=["float ids", "wrong characters", "2-D ids", "empty batch", "id out of range", "mask shape", "float mask",
-         "mask values", "left padding"],
+    ids=[
+        "float ids",
+        "wrong characters",
+        "2-D ids",
+        "empty batch",
+        "id out of range",
+        "mask shape",
+        "float mask",
+        "mask values",
+        "left padding",
+    ],
 )
 def test_malformed_input_gets_a_one_line_error_naming_it(tiny_export, input_ids, attention_mask, message):
     with pytest.raises(ValueError) as error:
@@ -130,7 +139,9 @@ def test_the_command_writes_a_working_export(tmp_path, capsys):
     model = tiny_model(seed=2)
     model.save_pretrained(tmp_path / "model")
     output = tmp_path / "exported"
-    assert cli.main(["export-onnx", "--model", str(tmp_path / "model"), "--output", str(output), "--opset", "18"]) is None
+    assert (
+        cli.main(["export-onnx", "--model", str(tmp_path / "model"), "--output", str(output), "--opset", "18"]) is None
+    )
     assert capsys.readouterr().err.endswith(f"wrote {output / 'model.onnx'}\n")
     assert onnx.load(output / "model.onnx").opset_import[0].version == 18
     assert (output / "config.json").is_file() and (output / "tokenizer_config.json").is_file()
@@ -144,9 +155,7 @@ def test_the_command_refuses_an_unsupported_opset(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         cli.main(["export-onnx", "--model", str(tmp_path / "model"), "--output", str(tmp_path / "out"), "--opset", "9"])
     assert exit.value.code == 2
-    assert capsys.readouterr().err.endswith(
-        "error: --opset: 9 is not supported, expected 13..20\n"
-    )
+    assert capsys.readouterr().err.endswith("error: --opset: 9 is not supported, expected 13..20\n")
     assert not (tmp_path / "out").exists()
 
 

@@ -25,7 +25,9 @@ def test_training_dropout_option_becomes_pretraining_dropout(fixtures_dir):
     options["dropout"] = 0.25
     assert config_from_options(options).pretraining_dropout == 0.25
     options["dropout"] = 1.0
-    with pytest.raises(ValueError, match=r"options 'dropout': pretraining_dropout must be a number in \[0, 1\), got 1.0"):
+    with pytest.raises(
+        ValueError, match=r"options 'dropout': pretraining_dropout must be a number in \[0, 1\), got 1.0"
+    ):
         config_from_options(options)
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from elmo_hf.original_tf import convert_hdf5
 from elmo_hf import ElmoModel, ElmoTokenizer
+from elmo_hf.original_tf import convert_hdf5
 
 WEIGHT_SETS = {
     # name: (weights folder, all-layers file in bilm_tf_all_layers/)
@@ -28,7 +28,9 @@ def converted(request, fixtures_dir, tmp_path_factory):
     """{weight set: (model, tokenizer)}, straight from the converter or after save/from_pretrained."""
     models = {}
     for name, (folder, _) in WEIGHT_SETS.items():
-        model, tokenizer, _ = convert_hdf5(fixtures_dir / folder / "options.json", fixtures_dir / folder / "lm_weights.hdf5")
+        model, tokenizer, _ = convert_hdf5(
+            fixtures_dir / folder / "options.json", fixtures_dir / folder / "lm_weights.hdf5"
+        )
         if request.param == "round_trip":
             directory = tmp_path_factory.mktemp(name)
             model.save_pretrained(directory)
@@ -75,7 +77,7 @@ def test_top_layer_matches_published_lm_embeddings(name, converted, fixtures_dir
     model, tokenizer = converted[name]
     projection_dim = model.config.projection_dim
     files = [h5py.File(fixtures_dir / WEIGHT_SETS[name][0] / f"lm_embeddings_{row}.hdf5", "r") for row in range(3)]
-    for index, batch, output in stateful_batches(fixtures_dir, model, tokenizer):
+    for index, _batch, output in stateful_batches(fixtures_dir, model, tokenizer):
         for row in range(3):
             expected = files[row][str(index)][...]  # (2 directions, words without boundaries, proj)
             top = output.last_hidden_state[row, 1 : expected.shape[1] + 1].numpy()
@@ -91,8 +93,9 @@ def test_token_embeddings_of_the_vocabulary(name, converted, fixtures_dir):
     expected = h5py.File(folder / "elmo_token_embeddings.hdf5", "r")["embedding"][...]
     assert len(vocabulary) == expected.shape[0]
     # One word per row, as bilm-tf's dump_token_embeddings ran them; '<S>'/'</S>' get the boundary ids.
-    batch = tokenizer([[word] for word in vocabulary], is_split_into_words=True, add_special_tokens=False,
-                      return_tensors="pt")
+    batch = tokenizer(
+        [[word] for word in vocabulary], is_split_into_words=True, add_special_tokens=False, return_tensors="pt"
+    )
     with torch.no_grad():
         ours = model(**batch, output_hidden_states=True).hidden_states[0][:, 0, : expected.shape[1]].numpy()
     assert_close(ours, expected, f"{name} elmo_token_embeddings")
@@ -131,8 +134,12 @@ def test_stateless_mode_matches_bilm_tf_on_the_first_batch_only(fixtures_dir, co
     expected = h5py.File(fixtures_dir / "bilm_tf_all_layers" / WEIGHT_SETS["allennlp_elmo"][1], "r")
     sentences = json.loads((fixtures_dir / "allennlp_elmo" / "sentences.json").read_text())
     for index, should_match in [(0, True), (1, False)]:
-        batch = tokenizer([sentences[row][index].split() for row in range(3)], is_split_into_words=True,
-                          padding=True, return_tensors="pt")
+        batch = tokenizer(
+            [sentences[row][index].split() for row in range(3)],
+            is_split_into_words=True,
+            padding=True,
+            return_tensors="pt",
+        )
         with torch.no_grad():
             layers = model(**batch, output_hidden_states=True).hidden_states
         reference = expected[f"b{index}_k0"][...]

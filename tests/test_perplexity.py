@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
-
 from conftest import REPO_ROOT
-from elmo_hf import ElmoPreTrainingCollator, ElmoTokenizer, ElmoWordVocabulary, perplexity
 from test_pretraining import WORDS, tiny_lm
+
+from elmo_hf import ElmoPreTrainingCollator, ElmoTokenizer, ElmoWordVocabulary, perplexity
 
 spec = importlib.util.spec_from_file_location("evaluate_perplexity", REPO_ROOT / "examples" / "evaluate_perplexity.py")
 script = importlib.util.module_from_spec(spec)  # the thin command-line script
@@ -117,8 +117,10 @@ def test_bilm_tf_protocol_equals_the_step_by_step_loop(lm, lm_tokenizer, vocabul
 
 def test_bilm_tf_protocol_drops_the_unfillable_end(lm, lm_tokenizer, vocabulary, sentences):
     # 26 targets per direction in the text; with 4 rows bilm-tf stops after the last complete step.
-    counts = [perplexity.evaluate_perplexity(lm, lm_tokenizer, vocabulary, sentences, "bilm-tf", n)[
-        "targets_per_direction"] for n in (1, 4)]
+    counts = [
+        perplexity.evaluate_perplexity(lm, lm_tokenizer, vocabulary, sentences, "bilm-tf", n)["targets_per_direction"]
+        for n in (1, 4)
+    ]
     assert counts[0] == sum(len(words) + 1 for words in sentences) == 26
     assert counts[1] < 26 and counts[1] % 4 == 0
 
@@ -146,8 +148,19 @@ def test_cli_prints_json(lm, lm_tokenizer, vocabulary, tmp_path, capsys):
     lm_tokenizer.save_pretrained(tmp_path / "model")
     vocabulary.save_pretrained(tmp_path / "model")
     (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")
-    script.main(["--model", str(tmp_path / "model"), "--text", str(tmp_path / "text.txt"), "--json",
-                              "--protocol", "stateless", "--batch-size", "2"])
+    script.main(
+        [
+            "--model",
+            str(tmp_path / "model"),
+            "--text",
+            str(tmp_path / "text.txt"),
+            "--json",
+            "--protocol",
+            "stateless",
+            "--batch-size",
+            "2",
+        ]
+    )
     printed = json.loads(capsys.readouterr().out)
     expected = reference_stateless(lm, lm_tokenizer, vocabulary, perplexity.read_sentences(tmp_path / "text.txt"))
     assert printed["protocol"] == "stateless"

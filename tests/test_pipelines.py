@@ -164,8 +164,13 @@ def tiny_bert_tagger():
     fast = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]")
     torch.manual_seed(0)
     config = BertConfig(
-        vocab_size=len(vocab), hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
-        num_labels=3, id2label=ID2LABEL,
+        vocab_size=len(vocab),
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=8,
+        num_labels=3,
+        id2label=ID2LABEL,
     )
     return BertForTokenClassification(config).eval(), fast
 

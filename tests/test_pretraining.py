@@ -6,9 +6,9 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config, tiny_model
 from transformers import AutoModelForPreTraining
 
-from conftest import tiny_config, tiny_model
 from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoPreTrainingCollator, ElmoTokenizer, ElmoWordVocabulary
 from elmo_hf.modeling_elmo import ElmoLogUniformSampler, elmo_sampled_softmax_loss
 
@@ -172,11 +172,13 @@ def test_accidental_hits_are_removed():
     zeros = torch.zeros(3), torch.zeros(2)
     loss = elmo_sampled_softmax_loss(hidden, targets, weight, bias, sampled, *zeros)
     logits = hidden @ weight.T + bias
-    expected = torch.stack([
-        F.cross_entropy(logits[0, [1, 3]], torch.tensor(0)),  # the sampled 1 is row 0's target: removed
-        F.cross_entropy(logits[1, [2, 1, 3]], torch.tensor(0)),
-        F.cross_entropy(logits[2, [5, 1, 3]], torch.tensor(0)),
-    ]).mean()
+    expected = torch.stack(
+        [
+            F.cross_entropy(logits[0, [1, 3]], torch.tensor(0)),  # the sampled 1 is row 0's target: removed
+            F.cross_entropy(logits[1, [2, 1, 3]], torch.tensor(0)),
+            F.cross_entropy(logits[2, [5, 1, 3]], torch.tensor(0)),
+        ]
+    ).mean()
     assert torch.allclose(loss, expected)
 
 
@@ -199,7 +201,9 @@ def test_sampled_softmax_gradient_matches_the_full_gradient_in_expectation():
             sampled, tries = sampler.sample(num_sampled, generator=generator)
             log_expected = sampler.log_expected_counts(torch.cat([target, sampled]), tries).float() * corrected
             bias = logits.clone().requires_grad_()
-            elmo_sampled_softmax_loss(hidden, target, weight, bias, sampled, log_expected[:1], log_expected[1:]).backward()
+            elmo_sampled_softmax_loss(
+                hidden, target, weight, bias, sampled, log_expected[:1], log_expected[1:]
+            ).backward()
             total += bias.grad
         return total / draws
 
@@ -244,7 +248,9 @@ def test_vocabulary_round_trip_and_tokenizer_pad_of_word_labels(vocabulary, tmp_
 def test_vocab_must_start_with_the_boundaries_and_unk_and_hold_each_word_once(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("the\n<S>\n</S>\n<UNK>\n", encoding="utf-8")
-    expected = "vocab.txt: a bilm-tf vocabulary must start with <S>, </S>, <UNK> (one per line), got ['the', '<S>', '</S>']"
+    expected = (
+        "vocab.txt: a bilm-tf vocabulary must start with <S>, </S>, <UNK> (one per line), got ['the', '<S>', '</S>']"
+    )
     with pytest.raises(ValueError, match=re.escape(expected)):
         ElmoWordVocabulary.from_file(path)
     path.write_text("<S>\n</S>\n<UNK>\nthe\ncat\nthe\n", encoding="utf-8")

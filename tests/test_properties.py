@@ -3,9 +3,9 @@ the model's independence from batch composition."""
 
 import torch
 from conftest import tiny_model
-from test_determinism import assert_same
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_determinism import assert_same
 
 from elmo_hf import ElmoTokenizer
 

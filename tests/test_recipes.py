@@ -40,8 +40,10 @@ def write_splits(directory, name):
             path.write_text("text,label\n" + "".join(f"{' '.join(s)},{['neg', 'pos'][y]}\n" for s, y in rows))
         else:  # tags of the test's own: ADJ for the cue word, X for the rest
             path = directory / f"{split}.conll"
-            path.write_text("\n\n".join("\n".join(f"{w}\t{'ADJ' if w in ('dull', 'great') else 'X'}" for w in s)
-                                        for s, _ in rows) + "\n")  # fmt: skip
+            path.write_text(
+                "\n\n".join("\n".join(f"{w}\t{'ADJ' if w in ('dull', 'great') else 'X'}" for w in s) for s, _ in rows)
+                + "\n"
+            )
         paths[f"{split}_file"] = str(path)
     return paths
 

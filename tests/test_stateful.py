@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_model
+
 from elmo_hf.original_tf import convert_hdf5
 
 # Rows of each consecutive batch: 4, then 2 (rows 2 and 3 wait), then 4 again.
@@ -56,7 +56,9 @@ def test_streaming_through_batches_of_4_2_4_rows_equals_each_row_alone(fixtures_
             ours = batched_outputs[row][index].numpy()
             expected = alone[0].numpy()
             difference = np.abs(ours - expected).max()
-            assert np.allclose(ours, expected, atol=1e-6), f"row {row}, sentence {index}: max difference {difference:.3g}"
+            assert np.allclose(ours, expected, atol=1e-6), (
+                f"row {row}, sentence {index}: max difference {difference:.3g}"
+            )
 
 
 def test_a_larger_batch_starts_its_new_rows_from_zero(tokenizer):

@@ -23,8 +23,9 @@ def test_vocabulary_keeps_frequent_words_most_frequent_first():
 def test_unknown_words_padding_and_case_map_to_their_rows():
     tokenizer = ElmoTokenizer(max_characters_per_token=20)
     embedding = ElmoTaskWordEmbedding(["film", "good", "the"], dim=3)
-    encoding = tokenizer([["The", "FILM", "was", "good"], ["unseen"]], is_split_into_words=True, padding=True,
-                         return_tensors="pt")  # fmt: skip
+    encoding = tokenizer(
+        [["The", "FILM", "was", "good"], ["unseen"]], is_split_into_words=True, padding=True, return_tensors="pt"
+    )
     ids = embedding.word_ids(encoding["input_ids"], encoding["attention_mask"].bool())
     # <S> The FILM was good </S> / <S> unseen </S> padding...: unknown words, boundaries and padding are row 0.
     assert ids.tolist() == [[0, 3, 1, 0, 2, 0], [0, 0, 0, 0, 0, 0]]
@@ -76,8 +77,9 @@ def test_a_head_with_task_words_saves_loads_and_predicts_the_same(tmp_path, head
         classify = pipeline("text-classification", model=loaded, tokenizer=tokenizer, top_k=None)
         scores = {entry["label"]: entry["score"] for entry in classify(["the film is good"])[0]}
         probabilities = expected[0].softmax(-1)
-        assert scores == {loaded.config.id2label[index]: pytest.approx(float(probabilities[index]), rel=1e-6)
-                          for index in range(2)}  # fmt: skip
+        assert scores == {
+            loaded.config.id2label[index]: pytest.approx(float(probabilities[index]), rel=1e-6) for index in range(2)
+        }
 
 
 def test_task_words_beside_precomputed_layers_need_input_ids():
@@ -89,8 +91,9 @@ def test_task_words_beside_precomputed_layers_need_input_ids():
         layers = torch.stack(model.elmo(**encoding, output_hidden_states=True).hidden_states, dim=1)
         with pytest.raises(ValueError, match="input_ids is required with task word embeddings"):
             model(elmo_hidden_states=layers, attention_mask=encoding["attention_mask"])
-        both = model(input_ids=encoding["input_ids"], elmo_hidden_states=layers,
-                     attention_mask=encoding["attention_mask"]).logits  # fmt: skip
+        both = model(
+            input_ids=encoding["input_ids"], elmo_hidden_states=layers, attention_mask=encoding["attention_mask"]
+        ).logits
         torch.testing.assert_close(both, model(**encoding).logits)
 
 

@@ -6,12 +6,12 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from tf_checkpoint_writer import write_tf_checkpoint
 
 from conversion.convert_elmo_original_tf_to_hf import main
+from elmo_hf import ElmoForPreTraining, ElmoModel
 from elmo_hf.original_tf import convert_hdf5, convert_tf_checkpoint
 from elmo_hf.tf_checkpoint_reader import read_tf_checkpoint
-from tf_checkpoint_writer import write_tf_checkpoint
-from elmo_hf import ElmoForPreTraining, ElmoModel
 
 
 @pytest.fixture(scope="module")
@@ -86,17 +86,27 @@ def test_checkpoint_without_softmax_converts_to_elmo_model(checkpoint_dir, tmp_p
 
 def test_unknown_checkpoint_variable_is_an_error(checkpoint_dir, tmp_path):
     prefix = tmp_path / "model.ckpt-60"
-    _write_checkpoint_without(checkpoint_dir / "model.ckpt-60", prefix, (), extra={"lm/mystery": np.ones(3, np.float32)})
+    _write_checkpoint_without(
+        checkpoint_dir / "model.ckpt-60", prefix, (), extra={"lm/mystery": np.ones(3, np.float32)}
+    )
     with pytest.raises(ValueError, match=r"variables not used by this converter: \['lm/mystery'\]"):
         convert_tf_checkpoint(prefix, checkpoint_dir / "options.json", checkpoint_dir / "vocab.txt")
 
 
 def test_cli_writes_a_pretraining_checkpoint(checkpoint_dir, tmp_path):
     output = tmp_path / "converted"
-    main([
-        "--tf-checkpoint", str(checkpoint_dir / "model.ckpt-60"), "--options", str(checkpoint_dir / "options.json"),
-        "--vocab", str(checkpoint_dir / "vocab.txt"), "--output-dir", str(output),
-    ])
+    main(
+        [
+            "--tf-checkpoint",
+            str(checkpoint_dir / "model.ckpt-60"),
+            "--options",
+            str(checkpoint_dir / "options.json"),
+            "--vocab",
+            str(checkpoint_dir / "vocab.txt"),
+            "--output-dir",
+            str(output),
+        ]
+    )
     reloaded = ElmoForPreTraining.from_pretrained(output)
     assert reloaded.config.vocab_size == 32 and reloaded.config.num_sampled_negatives == 16
     assert (output / "vocab.txt").read_text().splitlines()[:3] == ["<S>", "</S>", "<UNK>"]
@@ -119,7 +129,9 @@ def test_single_layer_checkpoint_without_multi_rnn_cell_scope(converted, checkpo
     options = json.loads((checkpoint_dir / "options.json").read_text())
     options["lstm"]["n_layers"] = 1
     (tmp_path / "options.json").write_text(json.dumps(options))
-    model, _, _ = convert_tf_checkpoint(tmp_path / "model.ckpt-1", tmp_path / "options.json", checkpoint_dir / "vocab.txt")
+    model, _, _ = convert_tf_checkpoint(
+        tmp_path / "model.ckpt-1", tmp_path / "options.json", checkpoint_dir / "vocab.txt"
+    )
     two_layers = converted[0]
     assert model.config.num_lstm_layers == 1
     assert torch.equal(model.elmo.encoder.layers[0].input_weight, two_layers.elmo.encoder.layers[0].input_weight)

@@ -123,7 +123,9 @@ def test_save_and_load(tmp_path):
     loaded = ElmoTokenizer.from_pretrained(tmp_path)
     words = [["Ünïcödé", "words"]]
     assert loaded.max_characters_per_token == 30
-    assert loaded(words, is_split_into_words=True)["input_ids"] == tokenizer(words, is_split_into_words=True)["input_ids"]
+    assert (
+        loaded(words, is_split_into_words=True)["input_ids"] == tokenizer(words, is_split_into_words=True)["input_ids"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -159,8 +161,10 @@ def test_the_vocabulary_is_the_character_ids_the_model_embeds(tokenizer):
 
 
 def test_pad_leaves_sentence_level_labels_alone(tokenizer):
-    features = [{**tokenizer(words, is_split_into_words=True), "labels": label}
-                for words, label in ((["a", "b", "c"], [1, 0]), (["d"], [0, 1]))]
+    features = [
+        {**tokenizer(words, is_split_into_words=True), "labels": label}
+        for words, label in ((["a", "b", "c"], [1, 0]), (["d"], [0, 1]))
+    ]
     batch = DataCollatorWithPadding(tokenizer)(features)
     assert batch["labels"].tolist() == [[1, 0], [0, 1]]  # e.g. multi-label targets: not padded to the words
     assert batch["input_ids"].shape == (2, 5, 20)
