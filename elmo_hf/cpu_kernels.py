@@ -24,6 +24,7 @@ import weakref
 
 import torch
 
+from . import modeling_elmo  # the LSTM step's definition (imported as a module: it imports this one)
 from .packed_steps import PackedSteps
 
 # Largest char-CNN response computed at once (bytes): small enough to stay in a CPU cache (RESULTS.md).
@@ -161,13 +162,8 @@ def packed_layer_forward(layer, step_gate_inputs, batch_sizes, cell, hidden, zer
             gates = step_gate_input  # hidden @ recurrent_weight is exactly 0
         else:
             gates = _gates(layer, step_gate_input, hidden, prepacked)  # (2, active, 4 * lstm_dim)
-        input_gate, forget_gate, cell_candidate, output_gate = gates.chunk(4, dim=-1)
-        cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate)
-        if layer.cell_clip is not None:
-            cell = cell.clamp(-layer.cell_clip, layer.cell_clip)
-        hidden = _project(layer, torch.sigmoid(output_gate) * torch.tanh(cell), prepacked)  # (2, active, proj)
-        if layer.proj_clip is not None:
-            hidden = hidden.clamp(-layer.proj_clip, layer.proj_clip)
+        cell, memory = modeling_elmo.lstm_cell_step(gates, cell, layer.cell_clip)  # (2, active, lstm_dim)
+        hidden = modeling_elmo.clip(_project(layer, memory, prepacked), layer.proj_clip)  # (2, active, proj)
         outputs.append(hidden)
 
     # Rows that ended later sit earlier in the batch: put the ended pieces back in row order.

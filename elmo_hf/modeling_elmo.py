@@ -96,6 +96,35 @@ class ElmoCharacterEncoder(nn.Module):
         return self.projection(token) if self.projection is not None else token
 
 
+def lstm_cell_step(gates, cell, cell_clip: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""
+    The LSTM cell's step, the one definition every path runs (this file's `ElmoBiLstmLayer`, `cpu_kernels.py`'s
+    packed steps, and the training kernel's forward, whose hand-written backward is checked against autograd through
+    this function):
+
+        c_t = clip(sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g), cell_clip),    m_t = sigmoid(o) * tanh(c_t)
+
+    Args:
+        gates (`(..., 4 * lstm_dim)`): the gate pre-activations `x_t W + h_{t-1} U + b` in the order i, f, g, o.
+        cell (`(..., lstm_dim)`): the cell before the step.
+        cell_clip (float or None): clip of the cell.
+
+    Returns:
+        the new cell `(..., lstm_dim)` and the memory `m_t` `(..., lstm_dim)`, which the projection `P` turns into
+        the hidden state.
+    """
+    input_gate, forget_gate, cell_candidate, output_gate = gates.chunk(4, dim=-1)
+    new_cell = clip(
+        torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate), cell_clip
+    )
+    return new_cell, torch.sigmoid(output_gate) * torch.tanh(new_cell)
+
+
+def clip(values, bound: float | None):
+    """`values` clamped to `[-bound, bound]`; unchanged when `bound` is None."""
+    return values if bound is None else values.clamp(-bound, bound)
+
+
 class ElmoBiLstmLayer(nn.Module):
     r"""
     One layer of ELMo's LSTM for both directions at once, with a projected, clipped output. For each direction and
@@ -124,8 +153,9 @@ class ElmoBiLstmLayer(nn.Module):
         self.recurrent_weight = nn.Parameter(torch.empty(2, projection_dim, 4 * lstm_dim))  # U
         self.bias = nn.Parameter(torch.empty(2, 4 * lstm_dim))  # b
         self.projection_weight = nn.Parameter(torch.empty(2, lstm_dim, projection_dim))  # P
-        self.cell_clip = cell_clip
-        self.proj_clip = proj_clip
+        # Floats (or None) for `lstm_cell_step`, also under `torch.jit.script` (config files may hold integers).
+        self.cell_clip = None if cell_clip is None else float(cell_clip)
+        self.proj_clip = None if proj_clip is None else float(proj_clip)
 
     def input_gates(self, inputs):
         """Each direction's input share of the gates, `x W + b`: `(2, n, input_dim)` -> `(2, n, 4 * lstm_dim)`."""
@@ -147,13 +177,8 @@ class ElmoBiLstmLayer(nn.Module):
         outputs = []
         for step_gate_input, running in zip(gate_inputs.unbind(2), mask.t()):
             gates = torch.baddbmm(step_gate_input, hidden, self.recurrent_weight)  # (2, batch, 4 * lstm_dim)
-            input_gate, forget_gate, cell_candidate, output_gate = gates.chunk(4, dim=-1)
-            new_cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate)
-            if self.cell_clip is not None:
-                new_cell = new_cell.clamp(-self.cell_clip, self.cell_clip)
-            new_hidden = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(new_cell), self.projection_weight)
-            if self.proj_clip is not None:
-                new_hidden = new_hidden.clamp(-self.proj_clip, self.proj_clip)  # (2, batch, projection_dim)
+            new_cell, memory = lstm_cell_step(gates, cell, self.cell_clip)
+            new_hidden = clip(torch.bmm(memory, self.projection_weight), self.proj_clip)  # (2, batch, projection_dim)
             # Rows without a word at this step (padding) keep their state, so it ends after their last word.
             running = running.view(1, batch, 1)
             cell = torch.where(running, new_cell, cell)
