@@ -138,8 +138,8 @@ class _PackedLstmRecurrence(torch.autograd.Function):
     projection_dim)` in `steps.order`, the `PackedSteps`, the clips, and whether the initial state is all zeros.
 
     Outputs: the hidden state after each packed position `(2, valid, projection_dim)` (the layer's output, clipped),
-    the cell state `(2, valid, lstm_dim)` (clipped), and `gate_inputs` itself, overwritten by the gate activations
-    (marked dirty and non-differentiable: no other node may read it).
+    the cell state `(2, valid, lstm_dim)` (clipped), and `gate_inputs` itself, overwritten by the gate pre-activations
+    `x W + b + h U` (marked dirty and non-differentiable: no other node may read it).
     """
 
     @staticmethod
@@ -157,10 +157,8 @@ class _PackedLstmRecurrence(torch.autograd.Function):
     ):
         _, valid, four_lstm_dim = gate_inputs.shape
         lstm_dim = four_lstm_dim // 4
-        # Kept for the backward: the gate activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) side by side,
-        # written over the gate inputs (no other node needs them); the cell before and after its clip; the projection
-        # before and after its clip (the output).
-        # The gate inputs become the gate pre-activations, step by step (the backward derives the activations).
+        # Kept for the backward: the gate pre-activations, written over the gate inputs step by step (no other node
+        # needs them); the clipped cells; the memories; the projection before and after its clip (the output).
         pre_activations = gate_inputs
         cells = initial_cell.new_empty(2, valid, lstm_dim)
         memories = _POOL.take((2, valid, lstm_dim), cells)  # o * tanh(c), the projection's input
