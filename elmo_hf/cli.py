@@ -18,6 +18,7 @@ import transformers
 from . import DEFAULT_MODEL
 from .original_tf import check_repo_id, convert_hdf5, convert_tf_checkpoint, push_to_hub
 from .perplexity import PROTOCOLS, evaluate_perplexity, load_language_model, read_sentences
+from .published import BASE_URL_VARIABLE, PUBLISHED_MODELS, convert_published
 from .user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -53,6 +54,9 @@ CONVERT_DESCRIPTION = """\
 Convert the original ELMo (bilm-tf) to a checkpoint folder: options.json with the published weights .hdf5,
 or with a training checkpoint (--tf-checkpoint, softmax included, plus --vocab). No TensorFlow is needed; the
 converted model is compared with bilm-tf's arithmetic before anything is written.
+
+--published NAME downloads a model that allennlp published (options and weights) and converts it; an interrupted
+download resumes when the command runs again. NAME is one of: {published}.
 """
 PERPLEXITY_DESCRIPTION = """\
 The perplexity of an ELMo language model (ElmoForPreTraining) on a text, one sentence per line: bilm-tf's
@@ -149,7 +153,7 @@ def build_parser():
         "convert",
         help="convert the original bilm-tf weights (options.json + .hdf5, or a training checkpoint) to a "
         "checkpoint folder",
-        description=CONVERT_DESCRIPTION,
+        description=CONVERT_DESCRIPTION.format(published=", ".join(model.name for model in PUBLISHED_MODELS)),
     )
     add_convert_arguments(convert)
     perplexity = commands.add_parser(
@@ -162,12 +166,25 @@ def build_parser():
 
 
 def add_convert_arguments(parser):
-    parser.add_argument("--options", required=True, help="bilm-tf options.json")
+    parser.add_argument("--options", help="bilm-tf options.json (with --weights or --tf-checkpoint)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--weights", help="bilm-tf weights .hdf5 (the published format)")
+    source.add_argument(
+        "--published",
+        metavar="NAME",
+        help="download a published model's options and weights (see above) and convert them; the addresses can be "
+        f"replaced with the environment variable {BASE_URL_VARIABLE}",
+    )
     source.add_argument("--tf-checkpoint", help="bilm-tf training checkpoint prefix (e.g. model.ckpt-60)")
     parser.add_argument("--vocab", help="bilm-tf vocab.txt (with --tf-checkpoint, for the softmax)")
-    parser.add_argument("--output-dir", required=True, help="where to write the Hugging Face checkpoint")
+    parser.add_argument(
+        "--output-dir", help="where to write the Hugging Face checkpoint (with --published, default: ./elmo-NAME)"
+    )
+    parser.add_argument(
+        "--download-dir",
+        metavar="DIR",
+        help="with --published: where the downloads are kept and resumed (default: ~/.cache/elmo_hf/published)",
+    )
     parser.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload the checkpoint to this Hub repo")
     add_hub_arguments(parser)
 
@@ -188,6 +205,14 @@ def add_perplexity_arguments(parser):
 
 
 def convert(args):
+    if args.published is not None:
+        convert_published_model(args)
+        return
+    for name, value in (("--options", args.options), ("--output-dir", args.output_dir)):
+        if value is None:
+            raise UserInputError(f"{name}: required with --weights or --tf-checkpoint")
+    if args.download_dir is not None:
+        raise UserInputError("--download-dir: only applies to --published")
     if args.push_to_hub and args.tf_checkpoint is not None:
         raise UserInputError(
             "--push-to-hub: supported for --weights conversions only (the model card describes hdf5 sources)"
@@ -214,6 +239,26 @@ def convert(args):
     if repo_id is not None:
         commit = push_to_hub(args.output_dir, repo_id, private=args.private or None, revision=args.revision)
         print(f"pushed to {repo_id}: {commit.commit_url}", file=sys.stderr)
+
+
+def convert_published_model(args):
+    for name, value in (("--options", args.options), ("--vocab", args.vocab)):
+        if value is not None:
+            raise UserInputError(f"{name}: does not apply to --published (the published files are downloaded)")
+    output_dir, report = convert_published(
+        args.published,
+        args.output_dir,
+        args.download_dir,
+        repo_id=args.push_to_hub,
+        private=args.private or None,
+        revision=args.revision,
+    )
+    print(
+        f"converted {report['datasets_converted']} datasets of {args.published}; outputs match bilm-tf's arithmetic "
+        f"to {report['verification_max_abs_difference']:.2e}; saved to {output_dir}"
+        + (f", pushed to {args.push_to_hub}" if args.push_to_hub else ""),
+        file=sys.stderr,
+    )
 
 
 def perplexity(args):
