@@ -151,6 +151,8 @@ class ElmoEmbedder:
         sentence_vectors=False,
         batch_size=64,
         max_tokens_per_batch=None,
+        boundaries=False,
+        progress=False,
     ):
         r"""
         Args:
@@ -162,19 +164,23 @@ class ElmoEmbedder:
             batch_size (int, defaults to 64): sentences per model call at most.
             max_tokens_per_batch (int, optional): padded positions per model call at most (sentences times the
                 longest one's length, boundaries included); a sentence longer than that runs alone.
+            boundaries (bool, defaults to False): keep the `<S>` and `</S>` positions: `words + 2` of them per
+                sentence (`sentence_vectors` then averages over them too).
+            progress (bool or str, defaults to False): show a progress bar on stderr (a string names it).
 
         Returns:
             a list with one float32 array per sentence, in input order, of shape `(layers, words, 2 * projection_dim)`
             for "all" and `(words, 2 * projection_dim)` otherwise; `sentence_vectors` drops the `words` axis.
         """
-        results = [None] * len(sentences)
-        batches = self._embed_batches(
-            sentences, layers, mix_weights, sentence_vectors, batch_size, max_tokens_per_batch
-        )
-        for indices, arrays in batches:
-            for index, array in zip(indices, arrays):
-                results[index] = array
-        return results
+        options = {
+            "layers": layers,
+            "mix_weights": mix_weights,
+            "sentence_vectors": sentence_vectors,
+            "boundaries": boundaries,
+        }
+        description = progress if isinstance(progress, str) else "embedding"
+        with _ProgressBar(len(sentences), description, enabled=bool(progress)) as bar:
+            return self._embed_in_input_order(sentences, options, batch_size, max_tokens_per_batch, bar.update)
 
     def embed_file(
         self,
@@ -222,20 +228,11 @@ class ElmoEmbedder:
             a dict with `sentences` and `tokens` embedded by this call (by all processes; resumed chunks not counted)
             and `seconds`.
         """
-        output_path = Path(output_path)
-        output_format = OUTPUT_FORMATS.get(output_path.suffix.lower())
-        if output_format is None:
-            raise ValueError(f"output must end in .hdf5, .h5 or .npz, got {str(output_path)!r}")
-        if output_format == "hdf5":
-            _import_h5py()
-        if output_path.exists():
-            raise FileExistsError(f"{output_path} already exists; remove it or choose another output name")
-        if not Path(input_path).is_file():
-            raise ValueError(f"{input_path} is not a regular file: it is read more than once, which a pipe cannot be")
-        _check_positive("chunk_size", chunk_size)
+        output_path, output_format = _checked_file_arguments(input_path, output_path, chunk_size)
+        options = {"layers": layers, "mix_weights": mix_weights, "sentence_vectors": sentence_vectors}
         self._layer_weights(layers, mix_weights)  # fail on bad settings before reading the input
         line_count, input_digest = _scan_input(input_path)
-        settings = {
+        settings = {  # what a resumed run must share with the unfinished one (OUTPUT.partial/manifest.json)
             "format_version": PARTIAL_FORMAT_VERSION,
             "input_sha256": input_digest,
             "input_lines": line_count,
@@ -250,50 +247,33 @@ class ElmoEmbedder:
             "output_format": output_format,
         }
         work_dir = output_path.with_name(output_path.name + ".partial")
-        rank, world_size = _rank_and_world_size()
         finished = _on_first_process(lambda: _open_work_dir(work_dir, settings, resume))
+        rank, world_size = _rank_and_world_size()
         pending = [chunk for chunk in range(-(-line_count // chunk_size)) if chunk not in finished]
         mine = set(pending[rank::world_size])  # this process's share, dealt in turn
 
-        start, sentences_done, tokens_done = time.monotonic(), 0, 0
-        my_lines = sum(min(chunk_size, line_count - chunk * chunk_size) for chunk in mine)
+        start = time.monotonic()
+        lines_to_do = sum(min(chunk_size, line_count - chunk * chunk_size) for chunk in mine)
         description = "embedding" if world_size == 1 else f"embedding (process 0 of {world_size})"
-        with tqdm(
-            total=my_lines, unit="sent", desc=description, file=sys.stderr, disable=not progress or rank != 0
-        ) as bar:
+        with _ProgressBar(lines_to_do, description, enabled=progress and rank == 0) as bar:
             lines_read = 0
             for chunk, lines in enumerate(_read_chunks(input_path, chunk_size)):
                 lines_read += len(lines)
-                if chunk not in mine:
-                    continue
-                sentences = [self.tokenizer.tokenize(line) if tokenize else line.split() for line in lines]
-                arrays = [None] * len(sentences)
-                batches = self._embed_batches(
-                    sentences, layers, mix_weights, sentence_vectors, batch_size, max_tokens_per_batch
-                )
-                for indices, batch_arrays in batches:
-                    for index, array in zip(indices, batch_arrays):
-                        arrays[index] = array
-                    sentences_done += len(indices)
-                    tokens_done += sum(len(sentences[index]) for index in indices)
-                    bar.update(len(indices))
-                    bar.set_postfix_str(
-                        f"{tokens_done / max(time.monotonic() - start, 1e-9):,.0f} tokens/s", refresh=False
+                if chunk in mine:
+                    sentences = [self.tokenizer.tokenize(line) if tokenize else line.split() for line in lines]
+                    # No name holds the arrays: they are freed once written, before the next chunk's are made.
+                    _write_chunk(
+                        work_dir,
+                        chunk,
+                        chunk * chunk_size,
+                        self._embed_in_input_order(
+                            sentences, options, batch_size, max_tokens_per_batch, on_batch=bar.update
+                        ),
                     )
-                _write_chunk(work_dir, chunk, chunk * chunk_size, arrays)
         if lines_read != line_count:
             raise ValueError(f"{input_path} changed while it was read: {line_count} lines at first, then {lines_read}")
-        if world_size > 1:
-            # The sum waits for every process, so once it returns every chunk is on disk.
-            counts = torch.tensor([sentences_done, tokens_done], dtype=torch.long)
-            dist.all_reduce(counts)
-            sentences_done, tokens_done = counts.tolist()
-
-        def assemble():
-            _assemble(work_dir, output_path, output_format, input_path, chunk_size)
-            shutil.rmtree(work_dir)
-
-        _on_first_process(assemble)  # the others return once OUTPUT exists
+        sentences_done, tokens_done = _sum_over_processes(bar.sentences, bar.tokens)  # also waits for every chunk
+        _on_first_process(lambda: _assemble(work_dir, output_path, output_format, input_path, chunk_size))
         return {"sentences": sentences_done, "tokens": tokens_done, "seconds": time.monotonic() - start}
 
     def embed_dataset(
@@ -343,11 +323,10 @@ class ElmoEmbedder:
             f"{dataset._fingerprint}{_model_digest(self.model)}{json.dumps(settings)}".encode()
         ).hexdigest()
 
+        options = {"layers": layers, "mix_weights": mix_weights, "sentence_vectors": sentence_vectors}
+
         def embed(rows):
-            vectors = self.embed_sentences(
-                rows[column], layers, mix_weights, sentence_vectors, batch_size, max_tokens_per_batch
-            )
-            return {output_column: vectors}
+            return {output_column: self._embed_in_input_order(rows[column], options, batch_size, max_tokens_per_batch)}
 
         # The fingerprint names the result for datasets' cache: without it, datasets would hash the model by pickling.
         return dataset.map(
@@ -377,8 +356,23 @@ class ElmoEmbedder:
                 )
         return torch.tensor(weights, device=self.device)
 
+    def _embed_in_input_order(self, sentences, options, batch_size, max_tokens_per_batch, on_batch=None):
+        """The arrays of `sentences` (`embed_sentences`; `options`: its layers, mix_weights and sentence_vectors), in
+        input order; `on_batch(sentences of the batch)` after each model call."""
+        results = [None] * len(sentences)
+        for indices, arrays in self._embed_batches(
+            sentences, **options, batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch
+        ):
+            for index, array in zip(indices, arrays):
+                results[index] = array
+            if on_batch is not None:
+                on_batch([sentences[index] for index in indices])
+        return results
+
     @torch.inference_mode()
-    def _embed_batches(self, sentences, layers, mix_weights, sentence_vectors, batch_size, max_tokens_per_batch):
+    def _embed_batches(
+        self, sentences, layers, mix_weights, sentence_vectors, batch_size, max_tokens_per_batch, boundaries=False
+    ):
         """Yield (indices into `sentences`, their arrays) one model call at a time, longest sentences first."""
         weights = self._layer_weights(layers, mix_weights)
         for index, words in enumerate(sentences):
@@ -389,10 +383,14 @@ class ElmoEmbedder:
                 [sentences[index] for index in indices], is_split_into_words=True, padding=True, return_tensors="pt"
             )
             output = self._run_model(encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device))
-            hidden = torch.stack(output.hidden_states, dim=1).float()[:, :, 1:]  # (batch, layers, longest + 1, dim)
+            hidden = torch.stack(output.hidden_states, dim=1).float()  # (batch, layers, longest + 2, dim)
             lengths = torch.tensor([len(sentences[index]) for index in indices], device=self.device)  # (batch,)
+            if boundaries:
+                lengths = lengths + 2  # the positions kept per row
+            else:
+                hidden = hidden[:, :, 1:]  # from the first word: (batch, layers, longest + 1, dim)
             if sentence_vectors:
-                words = torch.arange(hidden.shape[2], device=self.device) < lengths.unsqueeze(1)  # (batch, longest + 1)
+                words = torch.arange(hidden.shape[2], device=self.device) < lengths.unsqueeze(1)  # (batch, positions)
                 hidden = hidden.masked_fill(~words[:, None, :, None], 0.0).sum(dim=2)  # (batch, layers, dim)
                 hidden = hidden / lengths[:, None, None]
             if weights is not None:
@@ -401,7 +399,7 @@ class ElmoEmbedder:
             if sentence_vectors:
                 yield indices, [hidden[row].copy() for row in range(len(indices))]
             else:
-                # The copies drop </S> and the padding, and free the batch's buffer.
+                # The copies drop the padding (and </S> unless kept), and free the batch's buffer.
                 yield indices, [hidden[row][..., :length, :].copy() for row, length in enumerate(lengths.tolist())]
 
     def _run_model(self, input_ids, attention_mask):
@@ -458,6 +456,55 @@ def _on_first_process(work):
         _, name, message = outcome[0]
         raise {"FileExistsError": FileExistsError, "ValueError": ValueError}.get(name, OSError)(message)
     return outcome[0][1]
+
+
+def _checked_file_arguments(input_path, output_path, chunk_size):
+    """`embed_file`'s checks before any work: (output path, output format)."""
+    output_path = Path(output_path)
+    output_format = OUTPUT_FORMATS.get(output_path.suffix.lower())
+    if output_format is None:
+        raise ValueError(f"output must end in .hdf5, .h5 or .npz, got {str(output_path)!r}")
+    if output_format == "hdf5":
+        _import_h5py()
+    if output_path.exists():
+        raise FileExistsError(f"{output_path} already exists; remove it or choose another output name")
+    if not Path(input_path).is_file():
+        raise ValueError(f"{input_path} is not a regular file: it is read more than once, which a pipe cannot be")
+    _check_positive("chunk_size", chunk_size)
+    return output_path, output_format
+
+
+class _ProgressBar:
+    """A progress bar over sentences on stderr that also counts the sentences and tokens it was given, with the
+    tokens per second beside it; `update(sentences)` after each batch."""
+
+    def __init__(self, total, description, enabled):
+        self.bar = tqdm(total=total, unit="sent", desc=description, file=sys.stderr, disable=not enabled)
+        self.start, self.sentences, self.tokens = time.monotonic(), 0, 0
+
+    def update(self, sentences):
+        self.sentences += len(sentences)
+        self.tokens += sum(len(words) for words in sentences)
+        self.bar.update(len(sentences))
+        self.bar.set_postfix_str(
+            f"{self.tokens / max(time.monotonic() - self.start, 1e-9):,.0f} tokens/s", refresh=False
+        )
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exception):
+        self.bar.close()
+
+
+def _sum_over_processes(*counts):
+    """The counts summed over the processes of a `torch.distributed` group (a barrier: it waits for every process);
+    the counts themselves without one."""
+    if _rank_and_world_size()[1] == 1:
+        return counts
+    total = torch.tensor(counts, dtype=torch.long)
+    dist.all_reduce(total)
+    return tuple(total.tolist())
 
 
 def _check_positive(name, value):
@@ -552,7 +599,7 @@ def _write_atomically(path, write):
 
 
 def _assemble(work_dir, output_path, output_format, input_path, chunk_size):
-    """Copy the saved chunks, in line order, into the final file, then rename it to `output_path`."""
+    """Copy the saved chunks, in line order, into the final file, rename it to `output_path` and remove `work_dir`."""
     sentence_to_index = {}
     for chunk, lines in enumerate(_read_chunks(input_path, chunk_size)):
         for offset, line in enumerate(lines):
@@ -578,6 +625,7 @@ def _assemble(work_dir, output_path, output_format, input_path, chunk_size):
     with open(temporary, "rb+") as file:
         os.fsync(file.fileno())
     os.replace(temporary, output_path)
+    shutil.rmtree(work_dir)
 
 
 def _write_npy(archive, key, array):

