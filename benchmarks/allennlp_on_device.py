@@ -15,10 +15,9 @@ layout of the shared script's, so `benchmark_elmo.max_difference` reads either.
 import argparse
 import json
 import pathlib
-import sys
 import time
 
-from benchmark_elmo import CHECK_SENTENCES  # the sentences whose vectors the benchmark compares
+from benchmark_utils import CHECK_SENTENCES, peer_harness
 
 
 def main(argv=None):
@@ -34,13 +33,11 @@ def main(argv=None):
     parser.add_argument("--dump-ref", type=pathlib.Path)
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, str(args.peer_dir))
-    import allennlp_elmo_shim  # noqa: F401  (registers allennlp.modules before any allennlp import)
-    import benchlib
+    benchlib, make_workload = peer_harness(args.peer_dir)
+    import allennlp_elmo_shim  # noqa: F401  (from the peer folder: registers allennlp.modules before any allennlp import)
     import numpy as np
     import torch
     from allennlp.modules.elmo import Elmo, batch_to_ids
-    from workload import make_workload
 
     torch.set_num_threads(args.threads)
     # Exact float32, as our side: cuDNN's convolutions (allennlp's char CNN) default to TF32 on recent GPUs, which

@@ -3,7 +3,7 @@
     python benchmarks/benchmark_onnx.py [--size medium] [--reps 3] [--threads 2] [--n-sent 512]
         [--work-dir /tmp/elmo-bench]
 
-The weights (`make_random_elmo.py`, converted by our converter) come from `benchmark_elmo.prepare`, the workload
+The weights (`make_random_elmo.py`, converted by our converter) come from `benchmark_utils.prepare`, the workload
 (`workload.make_workload`) and the harness (`benchlib.run_suite`: sorted / unsorted batches of 32, batch 1) from
 the shared peer folder `../shared/peer`. The checkpoint is exported with `elmo_hf.onnx_export.export_onnx`; each
 side then runs in its own process (so peak RSS figures do not mix) with the same number of threads, and embeds
@@ -17,22 +17,29 @@ import pathlib
 import subprocess
 import sys
 
-import benchmark_elmo
-from benchmark_elmo import CHECK_SENTENCES, MODES, SIZES
+from benchmark_utils import (
+    CHECK_SENTENCES,
+    MODES,
+    PEER_DIR,
+    SIZES,
+    cpu_model,
+    machine_line,
+    peer_harness,
+    prepare,
+    worker_environment,
+)
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SIDES = ("elmo_hf", "onnxruntime")
 
 
 def worker(args):
     """Runs in a fresh process: one side's check vectors and timing suite."""
-    sys.path.insert(0, str(args.peer_dir))
-    import benchlib
     import numpy as np
     import torch
-    from workload import make_workload
 
     from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
+
+    benchlib, make_workload = peer_harness(args.peer_dir)
 
     torch.set_num_threads(args.threads)
     config = ElmoConfig.from_pretrained(args.checkpoint)
@@ -104,14 +111,8 @@ def run_side(args, side, checkpoint, onnx_dir):
     ]
     if args.omp_wait is not None:
         command += ["--omp-wait", args.omp_wait]
-    subprocess.run(command, check=True, env=benchmark_elmo._environment(args))
+    subprocess.run(command, check=True, env=worker_environment(args.omp_wait))
     return json.loads(json_path.read_text()), dump_path
-
-
-def cpu_model():
-    """lscpu's Model name."""
-    output = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    return next((line.split(":", 1)[1].strip() for line in output.splitlines() if line.startswith("Model name")), "?")
 
 
 def main(argv=None):
@@ -128,7 +129,7 @@ def main(argv=None):
         "(on an oversubscribed machine spinning threads slow every op)",
     )
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
-    parser.add_argument("--peer-dir", type=pathlib.Path, default=REPO_ROOT.parent / "shared" / "peer")
+    parser.add_argument("--peer-dir", type=pathlib.Path, default=PEER_DIR)
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     for hidden in ("--checkpoint", "--onnx-dir", "--json", "--dump"):
         parser.add_argument(hidden, type=pathlib.Path, help=argparse.SUPPRESS)
@@ -138,9 +139,9 @@ def main(argv=None):
     if not (args.peer_dir / "workload.py").is_file():
         raise ValueError(f"peer folder {args.peer_dir} lacks workload.py (pass --peer-dir)")
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    print(f"CPU: {cpu_model()}; machine at start: {benchmark_elmo.machine_line()}", flush=True)
+    print(f"CPU: {cpu_model()}; machine at start: {machine_line()}", flush=True)
 
-    _, checkpoint = benchmark_elmo.prepare(args, args.size)
+    _, checkpoint = prepare(args.work_dir, args.peer_dir, args.size)
     onnx_dir = args.work_dir / f"{args.size}-onnx"
     if not (onnx_dir / "model.onnx").is_file():
         from elmo_hf import ElmoModel
@@ -174,7 +175,7 @@ def main(argv=None):
         f"max |onnxruntime - elmo_hf| over all layers, {CHECK_SENTENCES} sentences: {difference:.2e} "
         "(padded positions included)"
     )
-    lines.append(f"machine at end: {benchmark_elmo.machine_line()}; torch: {results['elmo_hf']['env']}")
+    lines.append(f"machine at end: {machine_line()}; torch: {results['elmo_hf']['env']}")
     print("\n".join(lines), flush=True)
     summary = {"cpu": cpu_model(), "results": results, "max_abs_difference": difference}
     with open(args.work_dir / "onnx-results.json", "w") as output:

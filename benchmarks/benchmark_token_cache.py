@@ -1,7 +1,8 @@
 """How much the token cache speeds up ElmoEmbedder, and how far its vectors are from the uncached ones.
 
 Runs the published "original" ELMo size (random weights: speed does not depend on their values) on generated
-sentences whose words all come from the cached vocabulary, then prints one JSON line.
+sentences whose words all come from the cached vocabulary, then prints one JSON line. Each side's time is the median
+of `--repeats` timings (`benchmark_utils.rate`).
 
     PYTHONPATH=$PWD python benchmarks/benchmark_token_cache.py --sentences 256 --threads 2
 """
@@ -12,30 +13,21 @@ import time
 
 import numpy as np
 import torch
+from benchmark_utils import rate
 
 from elmo_hf import ElmoConfig, ElmoEmbedder, ElmoModel
 
 
-def timed(function, repeats):
-    """The fastest of `repeats` runs, in seconds, and the last result."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentences", type=int, default=256)
     parser.add_argument("--words-per-sentence", type=int, default=20)
     parser.add_argument("--vocabulary", type=int, default=5000, help="distinct words, all cached")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timings per side (the median is kept)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     torch.manual_seed(0)
@@ -54,12 +46,13 @@ def main():
     def embed():
         return embedder.embed_sentences(sentences, batch_size=args.batch_size)
 
-    embed()  # warm-up
-    plain_seconds, plain = timed(embed, args.repeats)
+    plain = embed()
+    plain_seconds = 1.0 / rate(embed, 1.0, args.device, min_seconds=0.0, repeats=args.repeats)
     start = time.perf_counter()
     embedder.set_token_cache(vocabulary)
     build_seconds = time.perf_counter() - start
-    cached_seconds, cached = timed(embed, args.repeats)
+    cached = embed()
+    cached_seconds = 1.0 / rate(embed, 1.0, args.device, min_seconds=0.0, repeats=args.repeats)
     difference = max(float(np.abs(a - b).max()) for a, b in zip(plain, cached))
     print(
         json.dumps(

@@ -31,32 +31,14 @@ import subprocess
 import sys
 import time
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-CONFIGS = {
-    "shipped": {"lstm_dim": 512, "projection_dim": 128},
-    "larger": {"lstm_dim": 1024, "projection_dim": 256},
-}
-SHARED = {  # the rest of the shipped model's configuration
-    "char_embedding_dim": 16,
-    "filters": [[width, 25 * width] for width in range(1, 7)],
-    "num_highway_layers": 1,
-    "num_lstm_layers": 2,
-    "max_characters_per_token": 20,
-    "cell_clip": 3.0,
-    "proj_clip": 3.0,
-    "use_skip_connections": True,
-    "num_sampled_negatives": 1024,
-    "pretraining_dropout": 0.15,
-}
+from benchmark_utils import REPO_ROOT, TRAINING_CONFIGS, TRAINING_SHARED, cpu_model, load_example
+
 VOCAB_SIZE = 10002  # PTB's 10,000 words (with <unk>) + <S>, </S>, <UNK>
 
 
 def ptb_sentences(directory):
     """Penn Treebank training sentences (Mikolov's LM text, written by the pretraining example) as word lists."""
-    sys.path.insert(0, str(REPO_ROOT / "examples"))
-    import run_bilm_pretraining
-
-    text = pathlib.Path(run_bilm_pretraining.write_ptb(directory)["train"]).read_text(encoding="utf-8")
+    text = pathlib.Path(load_example("run_bilm_pretraining").write_ptb(directory)["train"]).read_text(encoding="utf-8")
     return [line.split() for line in text.splitlines() if line.strip()]
 
 
@@ -72,7 +54,9 @@ def worker(args):
     word_ids = {word: index for index, word in enumerate(vocabulary)}
     torch.manual_seed(0)
     config = ElmoConfig(
-        **{**SHARED, "pretraining_dropout": args.dropout}, **CONFIGS[args.config], vocab_size=len(vocabulary)
+        **{**TRAINING_SHARED, "pretraining_dropout": args.dropout},
+        **TRAINING_CONFIGS[args.config],
+        vocab_size=len(vocabulary),
     )
     model = ElmoForPreTraining(config).train()
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
@@ -110,24 +94,23 @@ def worker(args):
 def training_flops_per_word(config_name, mean_words):
     """Training FLOPs per word: 3x the forward products (roofline.products_per_word) and the sampled softmax of both
     directions, with `<S>`/`</S>` spread over the sentence's words."""
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     from roofline import products_per_word
 
     options = {
         "char_cnn": {
-            "max_characters_per_token": SHARED["max_characters_per_token"],
-            "embedding": {"dim": SHARED["char_embedding_dim"]},
-            "filters": SHARED["filters"],
-            "n_highway": SHARED["num_highway_layers"],
+            "max_characters_per_token": TRAINING_SHARED["max_characters_per_token"],
+            "embedding": {"dim": TRAINING_SHARED["char_embedding_dim"]},
+            "filters": TRAINING_SHARED["filters"],
+            "n_highway": TRAINING_SHARED["num_highway_layers"],
         },
         "lstm": {
-            "projection_dim": CONFIGS[config_name]["projection_dim"],
-            "dim": CONFIGS[config_name]["lstm_dim"],
-            "n_layers": SHARED["num_lstm_layers"],
+            "projection_dim": TRAINING_CONFIGS[config_name]["projection_dim"],
+            "dim": TRAINING_CONFIGS[config_name]["lstm_dim"],
+            "n_layers": TRAINING_SHARED["num_lstm_layers"],
         },
     }
     forward = sum(flops for _, flops, *_ in products_per_word(options))
-    softmax = 2 * 2.0 * CONFIGS[config_name]["projection_dim"] * (SHARED["num_sampled_negatives"] + 1)
+    softmax = 2 * 2.0 * TRAINING_CONFIGS[config_name]["projection_dim"] * (TRAINING_SHARED["num_sampled_negatives"] + 1)
     return 3 * (forward + softmax) * (mean_words + 2) / mean_words, options
 
 
@@ -180,7 +163,7 @@ def main(argv=None):
         default=["."],
         help="git revisions to time ('.' is the working tree); the first is 'new', the others 'old'",
     )
-    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--configs", nargs="+", choices=list(TRAINING_CONFIGS), default=list(TRAINING_CONFIGS))
     parser.add_argument("--steps", type=int, default=60, help="timed steps (after --warmup untimed ones)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -188,7 +171,7 @@ def main(argv=None):
     parser.add_argument(
         "--dropout",
         type=float,
-        default=SHARED["pretraining_dropout"],
+        default=TRAINING_SHARED["pretraining_dropout"],
         help="pretraining_dropout; 0 makes the revisions' loss curves comparable step by step (their "
         "dropout masks are drawn over differently shaped tensors)",
     )
@@ -217,9 +200,9 @@ def main(argv=None):
     sentences = corpus[: (args.steps + args.warmup) * args.batch_size]
     if args.batching == "length-grouped":
         # The order of run_bilm_pretraining.py --train_sampling_strategy group_by_length (seed 0, first epoch).
-        from run_bilm_pretraining import ElmoLengthGroupedSampler
-
-        sampler = ElmoLengthGroupedSampler(args.batch_size, [len(words) for words in sentences], seed=0)
+        sampler = load_example("run_bilm_pretraining").ElmoLengthGroupedSampler(
+            args.batch_size, [len(words) for words in sentences], seed=0
+        )
         sentences = [sentences[index] for index in sampler]
     counts = {}
     for words in corpus:
@@ -230,10 +213,9 @@ def main(argv=None):
     (args.work_dir / "vocabulary.json").write_text(json.dumps(vocabulary), encoding="utf-8")
     mean_words = sum(map(len, sentences)) / len(sentences)
 
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     import roofline
 
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    cpu = cpu_model()
     batches = [sentences[start : start + args.batch_size] for start in range(0, len(sentences), args.batch_size)]
     padded = sum(len(batch) * (max(map(len, batch)) + 2) for batch in batches)  # positions, boundaries included
     padding = padded / sum(len(words) + 2 for words in sentences)

@@ -5,8 +5,9 @@
 
 Run it with the venv that `../shared/peer/setup_bilmtf_venv.sh` builds (PyPI `bilm` 0.1.post5, the original
 bilm-tf, on tensorflow-cpu 2.15 through `tf.compat.v1`). It writes bilm-tf's options.json for the configuration
-(benchmark_training.py's CONFIGS and SHARED: the same char CNN, LSTM, projection, clips, skip connections, dropout,
-1,024 negatives, Adagrad at 0.2 with bilm-tf's initial accumulator of 1) with batch 64 and 20 unrolled steps, runs
+(`benchmark_utils.TRAINING_CONFIGS` and `TRAINING_SHARED`, as benchmark_training.py: the same char CNN, LSTM,
+projection, clips, skip connections, dropout, 1,024 negatives, Adagrad at 0.2 with bilm-tf's initial accumulator of
+1) with batch 64 and 20 unrolled steps, runs
 `bilm.training.train` for --batches batches and reads the elapsed times it prints every 100 batches. Words/s are
 taken between the first and the last report (the first 100 batches, graph building included, are left out): each
 batch trains on 64 x 20 tokens, every one predicted in both directions. bilm-tf carries the LSTM state from batch to
@@ -22,14 +23,13 @@ import pathlib
 import re
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from benchmark_training import CONFIGS, SHARED  # noqa: E402
+from benchmark_utils import TRAINING_CONFIGS, TRAINING_SHARED
 
 BATCH_SIZE, UNROLL_STEPS, REPORT_EVERY = 64, 20, 100
 
 
 def bilm_tf_options(config_name, vocab_size, batches):
-    config = {**SHARED, **CONFIGS[config_name]}
+    config = {**TRAINING_SHARED, **TRAINING_CONFIGS[config_name]}
     return {
         "bidirectional": True,
         "char_cnn": {
@@ -64,7 +64,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train-file", required=True, help="one sentence per line")
     parser.add_argument("--vocab-file", required=True, help="bilm-tf's vocab.txt: <S>, </S>, <UNK>, then the words")
-    parser.add_argument("--config", choices=list(CONFIGS), default="shipped")
+    parser.add_argument("--config", choices=list(TRAINING_CONFIGS), default="shipped")
     parser.add_argument("--batches", type=int, default=200, help="a multiple of 100, at least 200")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bilmtf-train"))

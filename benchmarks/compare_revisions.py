@@ -31,24 +31,23 @@ import sys
 import tempfile
 import time
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-SIZES = {
-    "small": ["--dim", "1024", "--proj", "128", "--n-highway", "1"],
-    "medium": ["--dim", "2048", "--proj", "256", "--n-highway", "1"],
-    "original": ["--dim", "4096", "--proj", "512", "--n-highway", "2"],
-}
-MODES = ("sorted", "unsorted", "batch1")
-CHECK_SENTENCES = 8
+from benchmark_utils import (
+    CHECK_SENTENCES,
+    MODES,
+    PEER_DIR,
+    REPO_ROOT,
+    SIZES,
+    cpu_model,
+    machine_line,
+    peer_harness,
+    prepare,
+)
 
 
 def worker(args):
     """Runs in a fresh process: elmo_hf from `--code-root`, the check vectors to `--dump`, the timing suite."""
-    sys.path.insert(0, str(args.peer_dir))
-    sys.path.insert(0, str(args.code_root))
-    import benchlib
     import numpy as np
     import torch
-    from workload import make_workload
 
     import elmo_hf
     from elmo_hf import ElmoModel, ElmoTokenizer
@@ -56,6 +55,7 @@ def worker(args):
     imported_from = pathlib.Path(elmo_hf.__file__).resolve().parent
     if imported_from != args.code_root.resolve() / "elmo_hf":
         raise RuntimeError(f"elmo_hf came from {imported_from}, expected {args.code_root}/elmo_hf")
+    benchlib, make_workload = peer_harness(args.peer_dir)
     torch.set_num_threads(args.threads)
     model = ElmoModel.from_pretrained(args.worker).eval()
     tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
@@ -93,16 +93,14 @@ def load_model_code(code_root, package, directory):
 def interleaved(args, checkpoint):
     """Both revisions in this process, batch by batch: ({mode: {"old": words/s, "new": words/s}}, the largest
     difference between their vectors over every layer of the first CHECK_SENTENCES sentences, each alone)."""
-    sys.path.insert(0, str(args.peer_dir))
-    import benchlib
     import torch
-    from workload import make_workload
 
     from elmo_hf import ElmoTokenizer
 
+    benchlib, make_workload = peer_harness(args.peer_dir)
     torch.set_num_threads(args.threads)
     directory = tempfile.mkdtemp()
-    sys.path.insert(0, directory)
+    sys.path.insert(0, directory)  # the two revisions' model code, as packages elmo_old and elmo_new
     models = {
         name: load_model_code(root, f"elmo_{name}", directory).from_pretrained(checkpoint).eval()
         for name, root in (("old", args.old_root), ("new", args.new_root))
@@ -162,31 +160,15 @@ def run_revision(args, name, code_root, checkpoint):
         "--peer-dir",
         str(args.peer_dir),
     ]
-    subprocess.run(command, check=True)
+    # PYTHONPATH comes before the installed elmo_hf: the worker imports the revision's own (and checks that it did).
+    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(code_root)})
     return json.loads(json_path.read_text())
 
 
-def prepare(args):
+def prepare_checkpoint(args):
     """Random weights in the published layout, converted with the new revision's converter; the checkpoint dir."""
-    sys.path.insert(0, str(args.new_root))
-    from elmo_hf.original_tf import convert_hdf5
-
-    source = args.work_dir / args.size
-    if not (source / "weights.hdf5").is_file():
-        subprocess.run(
-            [sys.executable, str(args.peer_dir / "make_random_elmo.py"), str(source), *SIZES[args.size]], check=True
-        )
-    checkpoint = args.work_dir / f"{args.size}-hf"
-    if not (checkpoint / "model.safetensors").is_file():
-        model, _, _ = convert_hdf5(source / "options.json", source / "weights.hdf5")
-        model.save_pretrained(checkpoint)
-    return checkpoint
-
-
-def cpu_model():
-    """lscpu's "Model name"."""
-    output = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    return next((line.split(":", 1)[1].strip() for line in output.splitlines() if line.startswith("Model name")), "?")
+    sys.path.insert(0, str(args.new_root))  # the new revision's converter
+    return prepare(args.work_dir, args.peer_dir, args.size)[1]
 
 
 def process_rounds(args, rounds, lines):
@@ -220,7 +202,7 @@ def main(argv=None):
     parser.add_argument("--n-sent", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-compare"))
-    parser.add_argument("--peer-dir", type=pathlib.Path, default=REPO_ROOT.parent / "shared" / "peer")
+    parser.add_argument("--peer-dir", type=pathlib.Path, default=PEER_DIR)
     parser.add_argument("--output", type=pathlib.Path, help="write OUTPUT.json and OUTPUT.log")
     parser.add_argument("--interleaved", action="store_true", help="also time both in one process (see above)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -235,11 +217,10 @@ def main(argv=None):
             f"error: --old-root {args.old_root}: expected a checkout of elmo-hf (elmo_hf/modeling_elmo.py)"
         )
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint = prepare(args)
+    checkpoint = prepare_checkpoint(args)
 
     lines = [
-        f"CPU: {cpu_model()}, {os.cpu_count()} cores, load average at start "
-        + " ".join(f"{value:.1f}" for value in os.getloadavg()),
+        f"CPU: {machine_line()} at start",
         f"old: {args.old_root.resolve()}, new: {args.new_root.resolve()}, size {args.size}, "
         f"{args.n_sent} sentences, {args.rounds} rounds x {args.reps} reps, {args.threads} threads",
     ]

@@ -35,44 +35,12 @@ import argparse
 import json
 import pathlib
 import sys
-import time
 
 import torch
-
-PEER_DIR = pathlib.Path(__file__).resolve().parents[2] / "shared" / "peer"
+from benchmark_utils import rate
 
 # Steps of a sentence of the workload's mean length (26 words and the two boundaries), for the memory roof.
 SENTENCE_STEPS = 28
-
-
-def wait_for(device):
-    """Block until `device` has finished its queued work (a no-op on the CPU, whose products are synchronous)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def rate(product, work, device, min_seconds=0.3, repeats=5):
-    """Median of `repeats` timings of `product()` (each over enough calls to last `min_seconds`), as work per second."""
-    product()
-    calls, elapsed = 1, 0.0
-    while elapsed < 0.05:  # calibrate: calls per ~0.05 s
-        wait_for(device)
-        start = time.perf_counter()
-        for _ in range(calls):
-            product()
-        wait_for(device)
-        elapsed = time.perf_counter() - start
-        calls *= 2
-    calls = max(1, int(calls * min_seconds / max(elapsed, 1e-9) / 2))
-    rates = []
-    for _ in range(repeats):
-        wait_for(device)
-        start = time.perf_counter()
-        for _ in range(calls):
-            product()
-        wait_for(device)
-        rates.append(work * calls / (time.perf_counter() - start))
-    return sorted(rates)[len(rates) // 2]
 
 
 def gemm_rate(rows, inner, columns, device):

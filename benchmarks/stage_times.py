@@ -25,18 +25,13 @@ libraries run faster when the rows are few. It also times one step's products at
 import argparse
 import collections
 import pathlib
-import sys
 import time
 
 import torch
+from benchmark_utils import PEER_DIR, SIZES, peer_harness, prepare, rate
+from roofline import SENTENCE_STEPS  # the steps of a sentence of the workload's mean length, as the memory roof
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from benchmark_elmo import SIZES, prepare  # noqa: E402  (same random weights and conversion as the benchmark)
-from roofline import SENTENCE_STEPS, rate  # noqa: E402  (the steps of a mean sentence, as the memory roof; its timer)
-
-from elmo_hf import ElmoModel, ElmoTokenizer, cpu_kernels, modeling_elmo  # noqa: E402
+from elmo_hf import ElmoModel, ElmoTokenizer, cpu_kernels, modeling_elmo
 
 # Stage name -> (owner, function name) wrapped by the timer.
 STAGES = {
@@ -96,8 +91,9 @@ def cell_update(gates, memory, clip=3.0):
     return memory, torch.sigmoid(output_gate) * torch.tanh(memory)
 
 
-def step_loop(config, elementwise, repeats=10):
-    """ms per word of a bare one-row LSTM loop at `config`'s shapes (see the module docstring)."""
+def step_loop(config, elementwise):
+    """ms per word of a bare one-row LSTM loop at `config`'s shapes (see the module docstring): the median of
+    `rate`'s timings of one sentence's steps through every layer."""
     projection, cell = config.projection_dim, config.lstm_dim
     # The recurrent weight (in, out) and, as the model projects one row (`cpu_kernels._project`), the projection
     # weight's (out, in) copy, read transposed.
@@ -106,24 +102,25 @@ def step_loop(config, elementwise, repeats=10):
         for _ in range(config.num_lstm_layers)
     ]
     gate_input = torch.randn(2, 1, 4 * cell)
-    start = time.perf_counter()
+
+    def sentence():
+        for recurrent, projected in layers:  # a layer at a time through the sentence, as the model runs
+            hidden, memory = torch.zeros(2, 1, projection), torch.zeros(2, 1, cell)
+            for _ in range(SENTENCE_STEPS):
+                gates = torch.baddbmm(gate_input, hidden, recurrent)  # (2, 1, 4 * cell)
+                if not elementwise:
+                    hidden = torch.bmm(gates[..., :cell], projected)  # (2, 1, projection)
+                    continue
+                memory, output = cell_update(gates, memory)
+                hidden = torch.bmm(output, projected).clamp(-3.0, 3.0)
+
     with torch.inference_mode():
-        for _ in range(repeats):
-            for recurrent, projected in layers:  # a layer at a time through the sentence, as the model runs
-                hidden, memory = torch.zeros(2, 1, projection), torch.zeros(2, 1, cell)
-                for _ in range(SENTENCE_STEPS):
-                    gates = torch.baddbmm(gate_input, hidden, recurrent)  # (2, 1, 4 * cell)
-                    if not elementwise:
-                        hidden = torch.bmm(gates[..., :cell], projected)  # (2, 1, projection)
-                        continue
-                    memory, output = cell_update(gates, memory)
-                    hidden = torch.bmm(output, projected).clamp(-3.0, 3.0)
-    return 1000 * (time.perf_counter() - start) / (repeats * SENTENCE_STEPS)
+        return 1000 / rate(sentence, SENTENCE_STEPS)
 
 
 def variants(model, rows=(12, 26, 40, 64)):
     """Lines comparing the kept and the tried ways of a sentence's work (see the module docstring); each timing is the
-    median of `roofline.rate`'s repeats."""
+    median of `rate`'s repeats."""
     cpu = torch.device("cpu")
 
     def microseconds(function):
@@ -194,14 +191,11 @@ def main(argv=None):
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["medium", "original"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
-    parser.add_argument("--peer-dir", type=pathlib.Path, default=REPO_ROOT.parent / "shared" / "peer")
+    parser.add_argument("--peer-dir", type=pathlib.Path, default=PEER_DIR)
     parser.add_argument("--step-loop", action="store_true", help="also time the bare LSTM step loop (see above)")
     parser.add_argument("--variants", action="store_true", help="also time the variants tried and not kept (see above)")
     args = parser.parse_args(argv)
-    if not (args.peer_dir / "workload.py").is_file():
-        raise ValueError(f"peer folder {args.peer_dir} lacks workload.py (pass --peer-dir)")
-    sys.path.insert(0, str(args.peer_dir))
-    from workload import make_workload
+    _, make_workload = peer_harness(args.peer_dir)
 
     torch.set_num_threads(args.threads)
     args.work_dir.mkdir(parents=True, exist_ok=True)
@@ -209,16 +203,16 @@ def main(argv=None):
     time_stages(seconds)
     sentences = make_workload(128, seed=0)
     for size in args.sizes:
-        _, checkpoint = prepare(args, size)  # made once in --work-dir, shared with benchmark_elmo.py
+        _, checkpoint = prepare(args.work_dir, args.peer_dir, size)  # made once in --work-dir, as benchmark_elmo.py
         model = ElmoModel.from_pretrained(checkpoint).eval()
         for mode, (words_per_second, per_word) in stage_table(model, sentences, seconds).items():
             stages = ", ".join(f"{name} {value:.3f}" for name, value in per_word.items())
             print(f"{size}, {mode}: {words_per_second:.0f} words/s; ms per word: {stages}", flush=True)
         if args.step_loop:
-            loops = [step_loop(model.config, elementwise) for elementwise in (False, True, False, True)]
+            products, with_elementwise = (step_loop(model.config, elementwise) for elementwise in (False, True))
             print(
-                f"{size}, bare step loop: products alone {min(loops[0::2]):.3f} ms per word, with the elementwise "
-                f"work {min(loops[1::2]):.3f} (best of 2)",
+                f"{size}, bare step loop: products alone {products:.3f} ms per word, with the elementwise work "
+                f"{with_elementwise:.3f} (medians of 5 timings)",
                 flush=True,
             )
         if args.variants:

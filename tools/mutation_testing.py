@@ -8,7 +8,7 @@
 2. `word_to_char_ids` is lru_cache'd, and mutmut 3 leaves decorated functions alone: it is mutated here, with
    mutmut's operators, one mutant at a time, against tests/test_tokenization.py.
 
-    python benchmarks/mutation_testing.py [--scratch /tmp/elmo-mutation]
+    python tools/mutation_testing.py [--scratch /tmp/elmo-mutation]
 
 Prints each tool's counts and the surviving mutants. Takes a few minutes on 2 cores.
 """

@@ -1,6 +1,6 @@
 """Resident memory (VmRSS) of a fresh process after each import step, and where the model's own memory goes.
 
-    python benchmarks/import_memory.py [--checkpoint /tmp/elmo-bench/original-hf]
+    python tools/import_memory.py [--checkpoint /tmp/elmo-bench/original-hf]
 
 Each import chain runs in its own fresh interpreter, so the figures do not depend on the order. With a checkpoint
 (a converted model, e.g. the benchmark's work dir), also: after `from_pretrained`, after one single-sentence

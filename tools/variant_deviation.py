@@ -1,7 +1,7 @@
 """How far the optional faster modes move the vectors: bf16 weights and compute, and dynamic int8 quantization of
 the `nn.Linear` layers, against the exact float32 path, on the shared fixture weights (allennlp's test ELMo).
 
-    python benchmarks/variant_deviation.py [--fixtures ../shared/fixtures]
+    python tools/variant_deviation.py [--fixtures ../shared/fixtures]
 
 The float32 path itself matches bilm-tf's outputs on these weights to ~1e-6 (tests/test_parity.py). Each of the
 fixture's 30 sentences is embedded alone (stateless); the report gives, per variant, the largest absolute
@@ -12,18 +12,16 @@ import argparse
 import json
 import os
 import pathlib
-import sys
 
 import torch
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from elmo_hf.original_tf import convert_hdf5
 
-from elmo_hf.original_tf import convert_hdf5  # noqa: E402
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def variant(model, name):
-    """The model as the benchmark's `--variant NAME` runs it."""
+    """The model as `benchmarks/benchmark_elmo.py --variant NAME` runs it."""
     if name == "bf16":
         return model.to(torch.bfloat16)
     if name == "int8":
