@@ -16,6 +16,7 @@ import torch.distributed as dist
 import transformers
 
 from . import DEFAULT_MODEL
+from .elmoformanylangs import convert_efml
 from .original_tf import check_repo_id, convert_hdf5, convert_tf_checkpoint, push_to_hub
 from .perplexity import PROTOCOLS, evaluate_perplexity, load_language_model, read_sentences
 from .published import BASE_URL_VARIABLE, PUBLISHED_MODELS, convert_published
@@ -57,6 +58,9 @@ converted model is compared with bilm-tf's arithmetic before anything is written
 
 --published NAME downloads a model that allennlp published (options and weights) and converts it; an interrupted
 download resumes when the command runs again. NAME is one of: {published}.
+
+--elmoformanylangs DIR converts an ELMoForManyLangs model folder (config.json, char.dic, word.dic,
+token_embedder.pkl, encoder.pkl); it is compared with ELMoForManyLangs' arithmetic before anything is written.
 """
 PERPLEXITY_DESCRIPTION = """\
 The perplexity of an ELMo language model (ElmoForPreTraining) on a text, one sentence per line: bilm-tf's
@@ -176,6 +180,7 @@ def add_convert_arguments(parser):
         f"replaced with the environment variable {BASE_URL_VARIABLE}",
     )
     source.add_argument("--tf-checkpoint", help="bilm-tf training checkpoint prefix (e.g. model.ckpt-60)")
+    source.add_argument("--elmoformanylangs", metavar="DIR", help="an ELMoForManyLangs model folder (see above)")
     parser.add_argument("--vocab", help="bilm-tf vocab.txt (with --tf-checkpoint, for the softmax)")
     parser.add_argument(
         "--output-dir", help="where to write the Hugging Face checkpoint (with --published, default: ./elmo-NAME)"
@@ -208,6 +213,9 @@ def convert(args):
     if args.published is not None:
         convert_published_model(args)
         return
+    if args.elmoformanylangs is not None:
+        convert_elmoformanylangs_model(args)
+        return
     for name, value in (("--options", args.options), ("--output-dir", args.output_dir)):
         if value is None:
             raise UserInputError(f"{name}: required with --weights or --tf-checkpoint")
@@ -239,6 +247,22 @@ def convert(args):
     if repo_id is not None:
         commit = push_to_hub(args.output_dir, repo_id, private=args.private or None, revision=args.revision)
         print(f"pushed to {repo_id}: {commit.commit_url}", file=sys.stderr)
+
+
+def convert_elmoformanylangs_model(args):
+    for name, value in (("--options", args.options), ("--vocab", args.vocab), ("--download-dir", args.download_dir)):
+        if value is not None:
+            raise UserInputError(f"{name}: does not apply to --elmoformanylangs (the model folder has everything)")
+    if args.push_to_hub:
+        raise UserInputError("--push-to-hub: not supported with --elmoformanylangs; push the converted folder")
+    if args.output_dir is None:
+        raise UserInputError("--output-dir: required with --elmoformanylangs")
+    _, _, report = convert_efml(args.elmoformanylangs, args.output_dir)
+    print(
+        f"converted {report['tensors_converted']} tensors of {args.elmoformanylangs}; outputs match ELMoForManyLangs' "
+        f"arithmetic to {report['verification_max_abs_difference']:.2e}; saved to {args.output_dir}",
+        file=sys.stderr,
+    )
 
 
 def convert_published_model(args):

@@ -5,6 +5,7 @@ from transformers import PreTrainedConfig
 from .char_ids import NUM_CHARACTER_IDS
 
 SUPPORTED_ACTIVATIONS = ("relu", "tanh")
+CHAR_VOCABULARIES = ("utf8_bytes", "lexicon")
 LSTM_IMPLEMENTATIONS = ("auto", "reference", "packed")
 
 # The published "original" ELMo (5.5B has the same shape), as in its options.json.
@@ -22,8 +23,19 @@ class ElmoConfig(PreTrainedConfig):
             convolutions; their counts add up to the token representation's width before projection.
         num_highway_layers (int, defaults to 2): highway layers after the character CNN.
         activation (str, defaults to "relu"): activation of the character CNN, "relu" or "tanh".
-        num_characters (int, defaults to 262): rows of the character embedding (0 is padding). Only 262 is
-            supported: it is fixed by the character-id scheme.
+        num_characters (int, defaults to 262): rows of the character embedding (0 is padding). With
+            `char_vocabulary="utf8_bytes"` it must be 262, fixed by the character-id scheme.
+        char_vocabulary (str, defaults to "utf8_bytes"): what the character ids mean: "utf8_bytes", bilm-tf's bytes
+            and markers (`elmo_hf.char_ids`); "lexicon", ids from a character lexicon kept by the tokenizer
+            (ELMoForManyLangs' `char.dic`), `num_characters - 1` of them after the padding id 0.
+        word_embedding_dim (int, defaults to 0): when positive, the token representation also has a word embedding
+            of this width (ELMoForManyLangs' `word_dim`), concatenated after the highway output and before the
+            projection; each row of `input_ids` then ends with one extra id, the word's id in the tokenizer's word
+            lexicon (0 for a padding word). 0: characters only, as bilm-tf.
+        word_embedding_vocab_size (int, defaults to 0): rows of that word embedding, 0 (padding) included.
+        always_project_tokens (bool, defaults to False): project the token representation even when its width
+            already equals `projection_dim` (ELMoForManyLangs always does); False projects only when the widths
+            differ, as bilm-tf.
         max_characters_per_token (int, defaults to 50): character ids per word, markers included.
         lstm_dim (int, defaults to 4096): LSTM memory cell size of each direction.
         projection_dim (int, defaults to 512): each LSTM's output is projected to this size, and so is the
@@ -86,6 +98,10 @@ class ElmoConfig(PreTrainedConfig):
         activation="relu",
         num_characters=NUM_CHARACTER_IDS,
         max_characters_per_token=50,
+        char_vocabulary="utf8_bytes",
+        word_embedding_dim=0,
+        word_embedding_vocab_size=0,
+        always_project_tokens=False,
         lstm_dim=4096,
         projection_dim=512,
         num_lstm_layers=2,
@@ -121,6 +137,10 @@ class ElmoConfig(PreTrainedConfig):
         self.activation = activation
         self.num_characters = num_characters
         self.max_characters_per_token = max_characters_per_token
+        self.char_vocabulary = char_vocabulary
+        self.word_embedding_dim = word_embedding_dim
+        self.word_embedding_vocab_size = word_embedding_vocab_size
+        self.always_project_tokens = always_project_tokens
         self.lstm_dim = lstm_dim
         self.projection_dim = projection_dim
         self.num_lstm_layers = num_lstm_layers
@@ -164,11 +184,25 @@ class ElmoConfig(PreTrainedConfig):
             raise ElmoConfigFieldError(
                 "activation", f"activation must be one of {SUPPORTED_ACTIVATIONS}, got {self.activation!r}"
             )
-        if self.num_characters != NUM_CHARACTER_IDS:
+        if self.char_vocabulary not in CHAR_VOCABULARIES:
+            raise ElmoConfigFieldError(
+                "char_vocabulary", f"char_vocabulary must be one of {CHAR_VOCABULARIES}, got {self.char_vocabulary!r}"
+            )
+        if self.char_vocabulary == "utf8_bytes" and self.num_characters != NUM_CHARACTER_IDS:
             raise ElmoConfigFieldError(
                 "num_characters",
                 f"num_characters must be {NUM_CHARACTER_IDS} (fixed by the character-id scheme), "
                 f"got {self.num_characters!r}",
+            )
+        self.num_characters = _positive_int("num_characters", self.num_characters)
+        self.word_embedding_dim = _non_negative_int("word_embedding_dim", self.word_embedding_dim)
+        self.word_embedding_vocab_size = _non_negative_int("word_embedding_vocab_size", self.word_embedding_vocab_size)
+        if bool(self.word_embedding_dim) != (self.word_embedding_vocab_size > 1):
+            raise ElmoConfigFieldError(
+                "word_embedding_vocab_size",
+                "word_embedding_vocab_size must be at least 2 (padding and one word) when word_embedding_dim is "
+                f"positive, and 0 otherwise; got {self.word_embedding_vocab_size!r} with word_embedding_dim "
+                f"{self.word_embedding_dim!r}",
             )
         self.max_characters_per_token = _positive_int("max_characters_per_token", self.max_characters_per_token)
         widest_filter = max(width for width, _ in self.filters)
@@ -214,6 +248,7 @@ class ElmoConfig(PreTrainedConfig):
             self.scalar_mix_initial_weights = weights
         for name in (
             "use_skip_connections",
+            "always_project_tokens",
             "scalar_mix_trainable",
             "scalar_mix_do_layer_norm",
             "use_input_elmo",

@@ -104,6 +104,8 @@ class ElmoEmbedder:
             raise ValueError(f"model must be an ElmoModel, got {type(model).__name__}")
         self.model = model.to(device=device, dtype=dtype).eval()
         if tokenizer is None:
+            if model.config.char_vocabulary == "lexicon":
+                raise ValueError("the model reads a character lexicon: pass its ElmoTokenizer (from_pretrained)")
             tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
         self.tokenizer = tokenizer
         self.token_cache = None
@@ -114,7 +116,11 @@ class ElmoEmbedder:
         tokenizer follows the checkpoint's config."""
         from . import DEFAULT_MODEL
 
-        return cls(ElmoModel.from_pretrained(name_or_path or DEFAULT_MODEL), device=device, dtype=dtype)
+        model = ElmoModel.from_pretrained(name_or_path or DEFAULT_MODEL)
+        # A character lexicon (a model converted from ELMoForManyLangs) is the checkpoint's own tokenizer files.
+        lexicon = model.config.char_vocabulary == "lexicon"
+        tokenizer = ElmoTokenizer.from_pretrained(name_or_path or DEFAULT_MODEL) if lexicon else None
+        return cls(model, tokenizer=tokenizer, device=device, dtype=dtype)
 
     @property
     def device(self):

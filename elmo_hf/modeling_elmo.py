@@ -44,7 +44,9 @@ class ElmoHighway(nn.Module):
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """Context-independent word representation from character ids: char CNN -> highway -> projection."""
+    """Context-independent word representation from character ids: char CNN -> highway -> [word embedding] ->
+    projection. The word embedding (`config.word_embedding_dim > 0`, ELMoForManyLangs) reads the last id of each
+    row of `input_ids`."""
 
     def __init__(self, config):
         super().__init__()
@@ -55,18 +57,28 @@ class ElmoCharacterEncoder(nn.Module):
         )
         self.activation = torch.relu if config.activation == "relu" else torch.tanh
         self.highways = nn.ModuleList(ElmoHighway(config.num_filters) for _ in range(config.num_highway_layers))
-        # As in bilm-tf, the CNN output is only projected when its width differs from projection_dim.
+        self.word_embedding = (
+            nn.Embedding(config.word_embedding_vocab_size, config.word_embedding_dim, padding_idx=0)
+            if config.word_embedding_dim
+            else None
+        )
+        token_width = config.num_filters + config.word_embedding_dim
+        # As in bilm-tf, the token representation is only projected when its width differs from projection_dim,
+        # unless config.always_project_tokens (ELMoForManyLangs).
         self.projection = (
-            nn.Linear(config.num_filters, config.projection_dim)
-            if config.num_filters != config.projection_dim
+            nn.Linear(token_width, config.projection_dim)
+            if token_width != config.projection_dim or config.always_project_tokens
             else None
         )
 
     def forward(self, char_ids):
-        """char_ids: (..., max_characters_per_token) -> (..., projection_dim)."""
+        """char_ids: (..., max_characters_per_token) [+ 1 word id with a word embedding] -> (..., projection_dim)."""
+        word_ids = None
+        if self.word_embedding is not None:
+            char_ids, word_ids = char_ids[..., :-1], char_ids[..., -1].reshape(-1)  # (..., chars), (words,)
         chars = self.embed(char_ids)  # (..., chars, char_dim)
         token = self.convolve(chars.flatten(0, -3))  # (words, num_filters)
-        return self.highway_and_project(token).view(*char_ids.shape[:-1], -1)  # (..., projection_dim)
+        return self.highway_and_project(token, word_ids).view(*char_ids.shape[:-1], -1)  # (..., projection_dim)
 
     def embed(self, char_ids):
         """char_ids (..., chars) -> (..., chars, char_dim); id 0 (padding) is the zero vector."""
@@ -89,10 +101,13 @@ class ElmoCharacterEncoder(nn.Module):
             features.append(self.activation(responses.amax(dim=1) + conv.bias))
         return torch.cat(features, dim=-1)
 
-    def highway_and_project(self, token):
-        """token (words, num_filters) -> (words, projection_dim): the highway layers, then the projection."""
+    def highway_and_project(self, token, word_ids=None):
+        """token (words, num_filters) -> (words, projection_dim): the highway layers, the word embedding of `word_ids`
+        (words,) appended when the model has one, then the projection."""
         for highway in self.highways:
             token = highway(token)
+        if self.word_embedding is not None:
+            token = torch.cat([token, self.word_embedding(word_ids)], dim=-1)  # (words, num_filters + word_dim)
         return self.projection(token) if self.projection is not None else token
 
 
@@ -880,6 +895,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
 _ELMO_SUBMODULES = ("character_encoder.", "encoder.")
 _CONFIG_FIELDS_BY_PARAMETER = {
     "char_embedding": "char_embedding_dim",
+    "word_embedding": "word_embedding_vocab_size, word_embedding_dim",
     "convolutions": "filters, char_embedding_dim",
     "highways": "filters, num_highway_layers",
     "projection.": "filters, projection_dim",
@@ -959,7 +975,12 @@ class ElmoModel(ElmoPreTrainedModel):
         mask = self.word_mask(input_ids, attention_mask)  # (batch, words)
         # The one choice of path (config.lstm_implementation): the CPU kernels compute the same math without gradients.
         implementation = self.config.lstm_implementation
-        if implementation != "reference" and cpu_kernels_apply(self, input_ids, lstm_states, lstm_dropout):
+        # (cpu_kernels encodes words without a word embedding.)
+        if (
+            implementation != "reference"
+            and self.character_encoder.word_embedding is None
+            and cpu_kernels_apply(self, input_ids, lstm_states, lstm_dropout)
+        ):
             token_layer, lstm_layers, final_state = elmo_forward(self, input_ids, mask, lstm_states, token_cache)
         else:
             encode_words = self.character_encoder if token_cache is None else token_cache
@@ -986,12 +1007,20 @@ class ElmoModel(ElmoPreTrainedModel):
             described = input_ids.dtype if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
             raise TypeError(f"input_ids must be an integer tensor of character ids, got {described}")
         chars = self.config.max_characters_per_token
-        if input_ids.dim() != 3 or input_ids.shape[-1] != chars or input_ids.numel() == 0:
+        width = chars + (1 if self.config.word_embedding_dim else 0)  # a word embedding's id ends each row
+        if input_ids.dim() != 3 or input_ids.shape[-1] != width or input_ids.numel() == 0:
             raise ValueError(
-                f"input_ids must have shape (batch, words, {chars}) with at least one word (character ids from "
+                f"input_ids must have shape (batch, words, {width}) with at least one word (character ids from "
                 f"ElmoTokenizer), got {tuple(input_ids.shape)}"
             )
-        out_of_range = (input_ids < 0) | (input_ids >= self.config.num_characters)
+        if width > chars:
+            word_ids = input_ids[..., chars]
+            if ((word_ids < 0) | (word_ids >= self.config.word_embedding_vocab_size)).any():
+                raise ValueError(
+                    f"input_ids' last column must hold word ids in 0..{self.config.word_embedding_vocab_size - 1}, "
+                    f"got {int(word_ids[(word_ids < 0) | (word_ids >= self.config.word_embedding_vocab_size)][0])}"
+                )
+        out_of_range = (input_ids[..., :chars] < 0) | (input_ids[..., :chars] >= self.config.num_characters)
         if out_of_range.any():
             sentence, word, char = out_of_range.nonzero()[0].tolist()
             raise ValueError(

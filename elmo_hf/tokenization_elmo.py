@@ -1,5 +1,6 @@
 """ELMo's character-level tokenizer: words in, bilm-tf's exact character ids out."""
 
+import json
 import re
 from collections.abc import Mapping
 
@@ -54,13 +55,26 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         pad_token (str, defaults to "<pad>"): the name of a padding word, whose character ids are all 0.
         max_words (int or None, defaults to None): the most words a sentence may have (boundaries excluded,
             after any truncation); a longer sentence raises a ValueError before anything is encoded. None: no limit.
+        char_lexicon_file (str, optional): a character lexicon, `char_lexicon.json` (`{character: id}`, ids 1..N),
+            for models converted from ELMoForManyLangs: a word's characters are then Unicode code points looked up
+            there, not UTF-8 bytes, and a longer word is cut to `max_characters_per_token - 2` code points. Its
+            `char_markers` name the entries used for the begin and end of a word, padding and unknown characters;
+            the sentence boundaries are looked up as whole entries (`bos_token`, `eos_token`).
+        word_lexicon_file (str, optional): with a character lexicon, a word lexicon, `word_lexicon.json` (`{word:
+            id}`, ids 1..N): each row of `input_ids` then ends with the word's id (the cut word, looked up exactly;
+            the `unknown` entry of `word_markers` when absent), for models with a word embedding.
+        char_markers (dict, optional): with a character lexicon, the entries `begin_of_word`, `end_of_word`,
+            `padding` and `unknown`.
+        word_markers (dict, optional): with a word lexicon, the entry `unknown` (for words it lacks).
 
     Returns from `__call__` (per sentence, W = words, boundaries included):
-        input_ids: (W, max_characters_per_token) ints, 0 = padding word.
+        input_ids: (W, max_characters_per_token) ints, 0 = padding word (one more column, the word id, with a word
+            lexicon).
         attention_mask: (W,), 1 for real words and boundaries, 0 for padding.
     """
 
     model_input_names = ["input_ids", "attention_mask"]
+    vocab_files_names = {"char_lexicon_file": "char_lexicon.json", "word_lexicon_file": "word_lexicon.json"}
     # Padding value of every per-word field `pad` knows; `input_ids` pads with a word of zeros. `labels` are padded
     # only when they hold one entry per word (token tags, language-model targets); a sentence's label passes through.
     word_level_padding_values = {
@@ -78,6 +92,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         eos_token="</S>",
         pad_token="<pad>",
         max_words=None,
+        char_lexicon_file=None,
+        word_lexicon_file=None,
+        char_markers=None,
+        word_markers=None,
         **kwargs,
     ):
         if "vocab_file" in kwargs:
@@ -96,6 +114,13 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         self._pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(_WORD_PATTERN), behavior="isolated")]
         )
+        self.char_lexicon = self.word_lexicon = None
+        if char_lexicon_file is not None:
+            self._load_lexicons(char_lexicon_file, word_lexicon_file, char_markers, word_markers, bos_token, eos_token)
+            # Only lexicon tokenizers carry these settings, so bilm-tf tokenizers save the same files as before.
+            kwargs.update(char_markers=dict(char_markers), word_markers=word_markers)
+        elif word_lexicon_file is not None:
+            raise ValueError("word_lexicon_file needs a char_lexicon_file")
         super().__init__(
             max_characters_per_token=max_characters_per_token,
             max_words=max_words,
@@ -104,6 +129,31 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             pad_token=pad_token,
             **kwargs,
         )
+
+    def _load_lexicons(self, char_lexicon_file, word_lexicon_file, char_markers, word_markers, bos, eos):
+        """Reads and checks the lexicons; ValueErrors name the file and the entry."""
+        self.char_lexicon = _read_lexicon(char_lexicon_file)
+        needed = ("begin_of_word", "end_of_word", "padding", "unknown")
+        if not isinstance(char_markers, Mapping) or sorted(char_markers) != sorted(needed):
+            raise ValueError(f"char_markers must name the lexicon entries {needed}, got {char_markers!r}")
+        for token in (*char_markers.values(), bos, eos):
+            if token not in self.char_lexicon:
+                raise ValueError(f"{char_lexicon_file}: has no entry {token!r}, expected one for each marker")
+        self._char_marker_ids = {role: self.char_lexicon[token] for role, token in char_markers.items()}  # role -> id
+        if word_lexicon_file is not None:
+            self.word_lexicon = _read_lexicon(word_lexicon_file)
+            unknown = word_markers.get("unknown") if isinstance(word_markers, Mapping) else None
+            if unknown not in self.word_lexicon:
+                raise ValueError(f"{word_lexicon_file}: has no entry {unknown!r}, expected word_markers['unknown']")
+            self.word_unknown_id = self.word_lexicon[unknown]
+        self._lexicon_char_names = {char_id: token for token, char_id in self.char_lexicon.items()}
+        self._lexicon_files = {"char_lexicon_file": self.char_lexicon, "word_lexicon_file": self.word_lexicon}
+        self._lexicon_rows = {}
+
+    @property
+    def row_width(self):
+        """Ids per word in `input_ids`: `max_characters_per_token`, plus the word id with a word lexicon."""
+        return self.max_characters_per_token + (self.word_lexicon is not None)
 
     @property
     def is_fast(self):
@@ -118,14 +168,18 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     # ---- vocabulary: the character ids; a "token" is a word, its "id" a row of character ids ----
     @property
     def vocab_size(self):
-        """Number of distinct character ids in `input_ids` (0 = no character, the 256 bytes, 5 markers)."""
-        return NUM_CHARACTER_IDS
+        """Number of distinct character ids in `input_ids` (0 = no character, the 256 bytes, 5 markers; or 0 and the
+        character lexicon's ids)."""
+        return NUM_CHARACTER_IDS if self.char_lexicon is None else len(self.char_lexicon) + 1
 
     def __len__(self):
         return self.vocab_size
 
     def get_vocab(self):
-        """The character ids by name (`<0x41>` for the byte of "A", `<bow_char>` for the begin-of-word marker)."""
+        """The character ids by name (`<0x41>` for the byte of "A", `<bow_char>` for the begin-of-word marker; the
+        character lexicon's entries)."""
+        if self.char_lexicon is not None:
+            return {"<no_char>": 0, **self.char_lexicon}
         return {name: char_id for char_id, name in enumerate(CHARACTER_ID_NAMES)}
 
     @property
@@ -137,8 +191,19 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return {}
 
     def save_vocabulary(self, save_directory, filename_prefix=None):
-        """Nothing to write: the character ids are fixed, and the settings go to `tokenizer_config.json`."""
-        return ()
+        """The lexicons, if any (`char_lexicon.json`, `word_lexicon.json`); bilm-tf's character ids are fixed, and
+        the settings go to `tokenizer_config.json`."""
+        if self.char_lexicon is None:
+            return ()
+        written = []
+        for key, lexicon in self._lexicon_files.items():
+            if lexicon is not None:
+                name = (filename_prefix + "-" if filename_prefix else "") + self.vocab_files_names[key]
+                path = f"{save_directory}/{name}"
+                with open(path, "w", encoding="utf-8") as file:
+                    json.dump(lexicon, file, ensure_ascii=False, indent=0)
+                written.append(path)
+        return tuple(written)
 
     def tokenize(self, text, **kwargs):
         """Split raw text into words, as `__call__` does for strings."""
@@ -154,8 +219,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """The word(s) behind one row of character ids, or behind a list of rows."""
         ids = to_py_obj(ids)
         if ids and isinstance(ids[0], int):
-            return char_ids_to_word(ids, self.bos_token, self.eos_token)
-        words = [char_ids_to_word(row, self.bos_token, self.eos_token) for row in ids if any(row)]
+            return self._char_ids_to_word(ids)
+        words = [self._char_ids_to_word(row) for row in ids if any(row)]
         if skip_special_tokens:
             words = [word for word in words if word not in (self.bos_token, self.eos_token)]
         return words
@@ -167,7 +232,35 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return self.convert_tokens_to_string(self.convert_ids_to_tokens(token_ids, skip_special_tokens))
 
     def _word_to_char_ids(self, word):
-        return word_to_char_ids(word, self.max_characters_per_token, self.bos_token, self.eos_token)
+        if self.char_lexicon is None:
+            return word_to_char_ids(word, self.max_characters_per_token, self.bos_token, self.eos_token)
+        row = self._lexicon_rows.get(word)
+        if row is None:
+            row = self._lexicon_rows[word] = self._lexicon_word_to_ids(word)
+        return row
+
+    def _lexicon_word_to_ids(self, word):
+        """ELMoForManyLangs' row for `word`: its code points cut to `max_characters_per_token - 2`, each looked up in
+        the character lexicon (unknown ones as the unknown marker), between the word markers, padded with the
+        padding marker; a sentence boundary is its own lexicon entry. With a word lexicon, the (cut) word's id."""
+        limit, markers = self.max_characters_per_token, self._char_marker_ids
+        word = word[: limit - 2]
+        if word in (self.bos_token, self.eos_token):
+            body = [self.char_lexicon[word]]
+        else:
+            body = [self.char_lexicon.get(char, markers["unknown"]) for char in word]
+        row = [markers["begin_of_word"], *body, markers["end_of_word"]]
+        row += [markers["padding"]] * (limit - len(row))
+        if self.word_lexicon is not None:
+            row.append(self.word_lexicon.get(word, self.word_unknown_id))
+        return tuple(row)
+
+    def _char_ids_to_word(self, row):
+        if self.char_lexicon is None:
+            return char_ids_to_word(row, self.bos_token, self.eos_token)
+        row = row[: self.max_characters_per_token]
+        markers = {self._char_marker_ids[role] for role in ("begin_of_word", "end_of_word", "padding")}
+        return "".join(self._lexicon_char_names.get(char_id, "") for char_id in row if char_id not in markers)
 
     # ---- encoding ----
     def __call__(self, text=None, *args, **kwargs):
@@ -365,7 +458,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         side = padding_side or self.padding_side
         padding_values = {
             **self.word_level_padding_values,
-            "input_ids": [0] * self.max_characters_per_token,
+            "input_ids": [0] * self.row_width,
             "word_ids": None,
         }
         for key, values in encoded.items():
@@ -376,6 +469,23 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                     else value  # not one entry per word, e.g. a sentence's label
                     for value, words in zip(values, lengths)
                 ]
+
+
+def _read_lexicon(path):
+    """{token: id} of a lexicon file (a JSON object, ids 1..N, each once); ValueError naming the file otherwise."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            lexicon = json.load(file)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a readable JSON lexicon ({error}); expected {{token: id}}") from None
+    ids = sorted(lexicon.values()) if isinstance(lexicon, dict) else None
+    if (
+        ids is None
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+        or ids != list(range(1, len(ids) + 1))
+    ):
+        raise ValueError(f"{path}: expected a JSON object {{token: id}} with the ids 1..N, each once")
+    return lexicon
 
 
 def _check_word_count(index, count, max_words):

@@ -1,0 +1,128 @@
+"""`elmoformanylangs.Embedder` on elmo-hf: the same call, the same outputs, no torch-0.4-era code.
+
+    from elmo_hf.compat.elmoformanylangs import Embedder   # was: from elmoformanylangs import Embedder
+
+    embedder = Embedder("zh.model")                          # an ELMoForManyLangs folder, or a converted checkpoint
+    vectors = embedder.sents2elmo([["今天", "天气", "很", "好"]])  # [(4, 1024)]: the average of the 3 layers
+
+An ELMoForManyLangs folder is converted on first use (`elmo_hf.elmoformanylangs.convert_efml`, verified against its
+arithmetic) and the checkpoint cached under `cache_dir`; later uses load the cache.
+
+Like the original, the Embedder is stateful: each batch's LSTMs start from the final states of the batch before
+(batch row i continues state row i), sentences are batched by decreasing length, and the order of a call's batches is
+shuffled with Python's global `random`. A fresh Embedder's first call whose sentences fit in one batch starts from
+zeros and is therefore deterministic; `reset_states()` returns to that. With the same seed of `random`, later calls
+and multi-batch calls reproduce the original's outputs too.
+"""
+
+import hashlib
+import os
+import random
+
+import numpy as np
+import torch
+
+from ..elmoformanylangs import convert_efml, is_efml_folder
+from ..modeling_elmo import ElmoModel
+from ..tokenization_elmo import ElmoTokenizer
+from ..user_errors import UserInputError
+
+DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "elmo_hf", "elmoformanylangs")
+
+
+def converted_checkpoint(model_dir, cache_dir=None):
+    """The elmo-hf checkpoint for `model_dir`: itself when already converted, else its cached conversion (made now
+    when missing; the cache key covers the folder's path and its files' sizes and times)."""
+    model_dir = os.path.abspath(str(model_dir))
+    if not is_efml_folder(model_dir):
+        if not os.path.isfile(os.path.join(model_dir, "model.safetensors")):
+            raise UserInputError(
+                f"{model_dir}: neither an ELMoForManyLangs model folder (encoder.pkl, token_embedder.pkl, ...) nor a "
+                "converted checkpoint (model.safetensors)"
+            )
+        return model_dir
+    key = hashlib.sha256(model_dir.encode("utf-8"))
+    for name in sorted(os.listdir(model_dir)):
+        stat = os.stat(os.path.join(model_dir, name))
+        key.update(f"{name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    output_dir = os.path.join(cache_dir or DEFAULT_CACHE_DIR, f"{os.path.basename(model_dir)}-{key.hexdigest()[:16]}")
+    if not os.path.isfile(os.path.join(output_dir, "model.safetensors")):
+        partial = f"{output_dir}.partial-{os.getpid()}"
+        convert_efml(model_dir, partial)
+        os.replace(partial, output_dir)
+    return output_dir
+
+
+class Embedder:
+    r"""
+    ELMoForManyLangs' `Embedder`, computed by elmo-hf.
+
+    Args:
+        model_dir (str): an ELMoForManyLangs model folder (converted on first use) or a converted checkpoint.
+        batch_size (int, defaults to 64): sentences per batch, as the original.
+        cache_dir (str, optional): where conversions are kept (default: ~/.cache/elmo_hf/elmoformanylangs).
+        device (str or torch.device, defaults to "cpu"): where the model runs.
+    """
+
+    def __init__(self, model_dir, batch_size=64, cache_dir=None, device="cpu"):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.model_dir = model_dir
+        self.batch_size = batch_size
+        path = converted_checkpoint(model_dir, cache_dir)
+        self.model = ElmoModel.from_pretrained(path).to(device).eval()
+        self.tokenizer = ElmoTokenizer.from_pretrained(path)
+        if self.tokenizer.char_lexicon is None:
+            raise UserInputError(
+                f"{path}: not converted from ELMoForManyLangs (its tokenizer has no char_lexicon.json)"
+            )
+        self._states = None
+
+    def reset_states(self):
+        """Forget the LSTM states carried from earlier batches: the next batch starts from zeros."""
+        self._states = None
+
+    @torch.no_grad()
+    def sents2elmo(self, sents, output_layer=-1):
+        """
+        Args:
+            sents (list of list of str): the sentences, each a list of words.
+            output_layer (int, defaults to -1): -1, the average of all layers; 0 (the token layer), 1, 2, ...: that
+                layer; -2: all layers.
+
+        Returns:
+            one float32 array per sentence, in input order: `(words, 2 * projection_dim)`, or
+            `(num_lstm_layers + 1, words, 2 * projection_dim)` for -2.
+        """
+        layers = self.model.config.num_lstm_layers + 1
+        if output_layer not in (-1, -2, *range(layers)):
+            raise ValueError(f"output_layer must be -1, -2 or 0..{layers - 1}, got {output_layer!r}")
+        # As the original: sentences by decreasing length, cut into batches, the batches in a shuffled order.
+        order = sorted(range(len(sents)), key=lambda index: -len(sents[index]))
+        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+        permutation = list(range(len(batches)))
+        random.shuffle(permutation)
+        results = [None] * len(sents)
+        device = next(self.model.parameters()).device
+        for batch_rows in (batches[index] for index in permutation):
+            batch = self.tokenizer(
+                [list(sents[index]) for index in batch_rows],
+                is_split_into_words=True,
+                padding=True,
+                return_tensors="pt",
+            ).to(device)
+            output = self.model(**batch, output_hidden_states=True, lstm_states=self._states)
+            self._states = output.lstm_states
+            stacked = torch.stack(output.hidden_states).float().cpu().numpy()  # (layers, batch, words, 2 * proj)
+            for row, index in enumerate(batch_rows):
+                data = stacked[:, row, 1 : len(sents[index]) + 1]  # without <bos> and <eos>
+                if output_layer == -1:
+                    results[index] = np.average(data, axis=0)
+                elif output_layer == -2:
+                    results[index] = data
+                else:
+                    results[index] = data[output_layer]
+        return results
+
+
+__all__ = ["Embedder", "converted_checkpoint"]
