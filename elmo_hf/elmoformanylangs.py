@@ -15,6 +15,7 @@ Problems with the input files raise `UserInputError` naming the file and what wa
 
 import json
 import os
+import pickle
 import tempfile
 
 import numpy as np
@@ -127,6 +128,8 @@ def read_state_dict(path):
         raise UserInputError(f"{path}: no such file; expected {what}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # weights_only refuses to build any object but tensors and containers
+        raise UserInputError(f"{path}: holds objects other than tensors (not unpickled), expected {what}") from None
     except Exception as error:  # torch raises many kinds for a damaged or foreign file
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise UserInputError(f"{path}: not readable as {what} ({message})") from None
