@@ -11,7 +11,9 @@ normalization, similarity) runs on ELMo's word vectors.
 
 The module is built from this package at run time, so no `trust_remote_code` is involved. With mean pooling the
 vectors equal `ElmoEmbedder.embed_sentences(words, layers="average", sentence_vectors=True)`: the mean over each
-sentence's words (the `<S>`/`</S>` positions left out) of the average of the layers.
+sentence's words (the `<S>`/`</S>` positions left out) of the average of the layers. The words are those of
+`ElmoTokenizer.tokenize(sentence)` (words and punctuation split apart, for raw text), or `sentence.split()` with
+`whitespace_split=True` (for text tokenized already, as allennlp's `elmo` command read it).
 
 `model.save(folder)` writes the biLM, its tokenizer and this module's settings at the top of the folder (where
 sentence-transformers keeps its input module). sentence-transformers 6 imports a module class from outside its own
@@ -47,16 +49,18 @@ class ElmoSentenceTransformerModule(InputModule):
         layers (str, defaults to "average"): how the layers become one vector per word: "average" (their mean),
             "top" (the last LSTM layer) or "mix" (their sum weighted by `mix_weights`), as in `ElmoEmbedder`.
         mix_weights (list of floats, one per layer): the weights for `layers="mix"`, token layer first.
+        whitespace_split (bool, defaults to False): split sentences on whitespace only, instead of into words and
+            punctuation (`ElmoTokenizer.tokenize`).
 
-    `preprocess` splits each raw sentence into words and punctuation (`ElmoTokenizer`); `forward` returns
+    `preprocess` splits each sentence into words; `forward` returns
     `token_embeddings` (batch, words, 2 * projection_dim) and `attention_mask` (batch, words), 1 on words and 0 on
     padding, without the sentence boundaries.
     """
 
     config_file_name = "elmo_sentence_transformer.json"
-    config_keys = ["layers", "mix_weights"]
+    config_keys = ["layers", "mix_weights", "whitespace_split"]
 
-    def __init__(self, model=None, layers="average", mix_weights=None):
+    def __init__(self, model=None, layers="average", mix_weights=None, whitespace_split=False):
         super().__init__()
         if layers == "all":
             raise ValueError('layers="all" gives several vectors per word; use "average", "top" or "mix"')
@@ -64,7 +68,7 @@ class ElmoSentenceTransformerModule(InputModule):
             model = ElmoEmbedder.from_pretrained(model).model
         # The embedder checks `layers` and `mix_weights` and turns them into one weight per layer.
         weights = ElmoEmbedder(model)._layer_weights(layers, mix_weights)
-        self.layers, self.mix_weights = layers, mix_weights
+        self.layers, self.mix_weights, self.whitespace_split = layers, mix_weights, whitespace_split
         self.model = model
         self.tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
         self.register_buffer("layer_weights", weights, persistent=False)  # (layers,)
@@ -79,6 +83,9 @@ class ElmoSentenceTransformerModule(InputModule):
     def preprocess(self, inputs, prompt=None, **kwargs):
         if prompt:
             inputs = self._prepend_prompt(inputs, prompt)
+        if self.whitespace_split:
+            words = [sentence.split() for sentence in inputs]
+            return dict(self.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt"))
         return dict(self.tokenizer(list(inputs), padding=True, return_tensors="pt"))
 
     def forward(self, features, **kwargs):
