@@ -1,0 +1,3 @@
+"""The interfaces of other ELMo packages on elmo-hf: `elmo_hf.compat.allennlp` (allennlp's `Elmo`, `batch_to_ids` and
+0.9's `ElmoEmbedder`) and `elmo_hf.compat.elmoformanylangs` (ELMoForManyLangs' `Embedder`). Import the module you
+need; this package imports neither."""
