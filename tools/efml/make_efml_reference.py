@@ -50,7 +50,18 @@ SENTENCES = [
 ]
 # The "training text": its characters, in order of first appearance, make char.dic; its words make word.dic.
 TRAINING_TEXT = "<bos> <eos> the cat sat on le café était très bon . 我 爱 北京 \u3000 I ! emoji lang ist Donau"
-WORDS = ["the", "cat", ".", "café", "bon", "我", "北京", "!", "lang", "Donaudampf"]  # "Donaudampf": the long word, truncated to 10 characters
+WORDS = [
+    "the",
+    "cat",
+    ".",
+    "café",
+    "bon",
+    "我",
+    "北京",
+    "!",
+    "lang",
+    "Donaudampf",
+]  # "Donaudampf": the long word, truncated to 10 characters
 OUTPUT_LAYERS = (-1, 0, 1, 2, -2)
 
 
@@ -98,8 +109,9 @@ def char_lexicon():
     return [*chars, "<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"]
 
 
-def write_model(folder, config, legacy_pickle, seed):
-    """A model folder as biLM.py writes it, with random weights (larger than its init, so clips and gates act)."""
+def write_model(folder, config, legacy_pickle, seed, weight_std=0.6):
+    """A model folder as biLM.py writes it, with random weights: normal with `weight_std` (larger than its init, so
+    clips and gates act), or the package's own initialisation when `weight_std` is None."""
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as file:
         json.dump(
@@ -129,8 +141,8 @@ def write_model(folder, config, legacy_pickle, seed):
     model = Model(config, word_layer, char_layer, use_cuda=False)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if "embedding" not in name:
-                parameter.normal_(0.0, 0.6)
+            if "embedding" not in name and weight_std is not None:
+                parameter.normal_(0.0, weight_std)
     keywords = {"_use_new_zipfile_serialization": False} if legacy_pickle else {}
     torch.save(model.token_embedder.state_dict(), os.path.join(folder, "token_embedder.pkl"), **keywords)
     torch.save(model.encoder.state_dict(), os.path.join(folder, "encoder.pkl"), **keywords)
