@@ -8,6 +8,7 @@ tools/efml/make_efml_reference.py (see its docstring and tests/data/efml/README.
 import dataclasses
 import json
 import os
+import pathlib
 import random
 import re
 import shutil
@@ -17,7 +18,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers import REPO_ROOT
 from transformers import AutoModel, AutoTokenizer
 
 from elmo_hf import (
@@ -33,7 +33,7 @@ from elmo_hf.compat.elmoformanylangs import Embedder
 from elmo_hf.configuration_elmo import ElmoConfigFieldError
 from elmo_hf.elmoformanylangs import convert_efml, read_lexicon
 
-DATA = REPO_ROOT / "tests" / "data" / "efml"
+DATA = pathlib.Path(__file__).resolve().parent / "data" / "efml"
 SENTENCES = json.loads((DATA / "sentences.json").read_text(encoding="utf-8"))
 VARIANTS = ("cnn_word", "cnn_chars")
 OUTPUT_LAYERS = (-1, 0, 1, 2, -2)
