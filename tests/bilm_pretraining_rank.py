@@ -7,15 +7,12 @@ that tests can compare the processes' weights and losses.
 
 import json
 import os
-import pathlib
 import sys
 
+from helpers import load_script  # this script's folder, tests/, is first on sys.path
 from safetensors.torch import save_file
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "examples")]
-
-import run_bilm_pretraining  # noqa: E402
+run_bilm_pretraining = load_script("run_bilm_pretraining")
 
 if __name__ == "__main__":
     trainer = run_bilm_pretraining.main(sys.argv[1:])

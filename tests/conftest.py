@@ -1,17 +1,17 @@
-"""Shared test fixtures: the reference data in ../shared/fixtures and tiny random models."""
+"""Shared test fixtures: the reference data in ../shared/fixtures, a tokenizer, the loopback Hub and guard, one
+thread. Plain helpers (tiny random models, scripts loaded as modules, reference computations) are in helpers.py."""
 
 import os
-import pathlib
 import sys
 
 import pytest
 import torch
+from helpers import REPO_ROOT, fixtures_path
 from hypothesis import settings as hypothesis_settings
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))  # makes `conversion` importable without installing
+from elmo_hf import ElmoTokenizer
 
-from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
+sys.path.insert(0, str(REPO_ROOT))  # makes `conversion` importable without installing
 
 # Property tests in CI draw the same examples on every run (derandomize), so that a failure can be replayed by
 # running the suite again; each test states its max_examples (25, or 15 for the slow ones) in test_properties.py.
@@ -20,10 +20,6 @@ hypothesis_settings.register_profile(
 )
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
-
-
-def fixtures_path():
-    return pathlib.Path(os.environ.get("ELMO_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures"))
 
 
 @pytest.fixture(scope="session")
@@ -36,30 +32,6 @@ def fixtures_dir():
             pytest.fail(message + "; CI requires them")
         pytest.skip(message)
     return path
-
-
-def tiny_config(**overrides):
-    fields = dict(
-        char_embedding_dim=4,
-        filters=[[1, 4], [2, 8], [3, 8]],
-        num_highway_layers=1,
-        lstm_dim=16,
-        projection_dim=8,
-        num_lstm_layers=2,
-        max_characters_per_token=20,
-    )
-    fields.update(overrides)
-    return ElmoConfig(**fields)
-
-
-def tiny_model(seed=0, **overrides):
-    """A tiny ELMo whose weights are scaled so that every layer's activations are far from zero."""
-    torch.manual_seed(seed)
-    model = ElmoModel(tiny_config(**overrides))
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            parameter.copy_(torch.randn_like(parameter) * (0.5 if "char_embedding" not in name else 1.0))
-    return model.eval()
 
 
 @pytest.fixture

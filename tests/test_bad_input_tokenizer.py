@@ -3,7 +3,7 @@ pinned here (bilm-tf's byte-level behaviour)."""
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 
 from elmo_hf import ElmoTokenizer
 

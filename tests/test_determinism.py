@@ -12,12 +12,11 @@ import os
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import assert_same, tiny_model
 
 from elmo_hf import ElmoTokenizer
 from elmo_hf.original_tf import convert_hdf5
 
-TOLERANCE = 1e-6
 SENTENCES = [
     ["The", "same", "sentence", "gives", "the", "same", "vectors", "."],
     ["Short", "."],
@@ -52,13 +51,6 @@ def all_layers(model, tokenizer, sentences, **tokenizer_options):
         layers = torch.stack(model(**batch, output_hidden_states=True).hidden_states, dim=1)  # (B, L+1, W, 2P)
     lengths = batch["attention_mask"].sum(1).tolist()
     return [layers[row, :, :length] for row, length in enumerate(lengths)], layers, lengths
-
-
-def assert_same(actual, expected):
-    """actual, expected: (layers, words, 2 * projection_dim), within TOLERANCE of the sentence's largest value."""
-    assert actual.shape == expected.shape
-    scale = max(expected.abs().max().item(), 1.0)
-    assert (actual - expected).abs().max().item() <= TOLERANCE * scale
 
 
 @pytest.fixture(scope="module")

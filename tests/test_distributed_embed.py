@@ -13,8 +13,7 @@ import sys
 import datasets
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, tiny_model
-from test_embedder import read_output
+from helpers import REPO_ROOT, read_output, tiny_model
 
 from elmo_hf import ElmoEmbedder, cli
 

@@ -3,18 +3,16 @@ vaderSentiment sdist (built here, so nothing is fetched), a tiny biLM, every row
 
 import io
 import json
-import sys
 import tarfile
 import zipfile
 
 import pytest
 import torch
-from conftest import REPO_ROOT, tiny_model
+from helpers import load_script, tiny_model
 
 from elmo_hf import ElmoTokenizer
 
-sys.path.insert(0, str(REPO_ROOT / "examples"))
-import downstream_benchmark  # noqa: E402
+downstream_benchmark = load_script("downstream_benchmark")
 
 TAGGED = [  # (words, upos): word identity decides the tag, so a head can learn it
     (["The", "dog", "runs", "."], ["DET", "NOUN", "VERB", "PUNCT"]),
@@ -160,7 +158,7 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
 
 @pytest.mark.parametrize("task", ["sentiment", "pos"])
 def test_the_task_input_study_runs_and_appends_its_line(data_dir, tmp_path, task, one_thread):
-    import task_input_study
+    task_input_study = load_script("task_input_study")  # it imports downstream_benchmark, loaded above
 
     output = tmp_path / "study.jsonl"
     common = ["--task", task, "--data-dir", str(data_dir), "--output", str(output)]

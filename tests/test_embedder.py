@@ -1,6 +1,5 @@
 """ElmoEmbedder, embed_file and the token cache: outputs equal the model's, resumable and bounded-memory files."""
 
-import json
 import os
 import subprocess
 import sys
@@ -9,45 +8,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import REPO_ROOT, tiny_model
+from helpers import ATOL, REPO_ROOT, SENTENCES, direct_layers, read_output, tiny_model, write_lines
 
-from elmo_hf import ElmoEmbedder, ElmoTokenizer
+from elmo_hf import ElmoEmbedder
 from elmo_hf.embedder import length_batches
-
-SENTENCES = [
-    ["The", "cat", "sat", "on", "the", "mat", "."],
-    ["Hello"],
-    ["ELMo", "vectors", "depend", "on", "context", "."],
-    ["a", "b"],
-    ["Colorless", "green", "ideas", "sleep", "furiously", "and", "often", "too", "."],
-]
-# Float rounding: a word's vectors vary by about 1e-6 with the batch the model computes it in.
-ATOL = 1e-5
-
-
-def direct_layers(model, words):
-    """(layers, words, dim) straight from ElmoModel, one sentence at a time, boundaries cut off."""
-    tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
-    batch = tokenizer([words], is_split_into_words=True, return_tensors="pt")
-    with torch.no_grad():
-        hidden_states = model(**batch, output_hidden_states=True).hidden_states
-    return torch.stack(hidden_states, dim=1)[0, :, 1:-1].numpy()
-
-
-def write_lines(path, sentences):
-    path.write_text("".join(" ".join(words) + "\n" for words in sentences), encoding="utf-8")
-
-
-def read_output(path):
-    """{dataset name: array} and sentence_to_index of an .hdf5 or .npz written by embed_file."""
-    if path.suffix == ".npz":
-        with np.load(path) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-        return arrays, json.loads(str(arrays.pop("sentence_to_index")))
-    with h5py.File(path, "r") as file:
-        arrays = {key: file[key][...] for key in file}
-    return arrays, json.loads(arrays.pop("sentence_to_index")[0])
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 
 from elmo_hf import ElmoEmbedder, ElmoTokenCache
 

@@ -1,14 +1,13 @@
 """End-to-end runs of the Trainer examples on tiny generated data, and the shipped offline metric modules."""
 
 import csv
-import importlib.util
 import json
 import random
 
 import evaluate
 import pytest
 import torch
-from conftest import REPO_ROOT, tiny_model
+from helpers import load_script, tiny_model
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from elmo_hf import ElmoTokenizer
@@ -45,13 +44,6 @@ COMMON_ARGUMENTS = [
 ]
 
 
-def load_example(name):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "examples" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def bilm_dir(tmp_path):
     directory = tmp_path / "bilm"
@@ -84,7 +76,7 @@ def test_token_classification_example_end_to_end(tmp_path, bilm_dir):
     for name, seed in (("train", 1), ("dev", 2), ("test", 3)):
         write_conll(tmp_path / f"{name}.conll", ner_sentences(64, seed))
     output_dir = tmp_path / "out"
-    example = load_example("run_token_classification")
+    example = load_script("run_token_classification")
     example.main(
         [
             "--model_name_or_path",
@@ -144,7 +136,7 @@ def test_token_classification_example_end_to_end(tmp_path, bilm_dir):
 def test_token_classification_example_rejects_mismatched_tags(tmp_path, bilm_dir):
     (tmp_path / "train.jsonl").write_text(json.dumps({"tokens": ["a", "b"], "ner_tags": ["O"]}) + "\n")
     with pytest.raises(ValueError, match="train example 0: 2 words but 1 tags"):
-        load_example("run_token_classification").main(
+        load_script("run_token_classification").main(
             [
                 "--model_name_or_path",
                 str(bilm_dir),
@@ -170,7 +162,7 @@ def test_text_classification_example_end_to_end(tmp_path, bilm_dir):
                 words = rng.choices(["the", "cat", "sat", "on", "a", "mat"], k=4) + (["not"] if negative else [])
                 writer.writerow([" ".join(rng.sample(words, len(words))) + ".", "neg" if negative else "pos"])
     output_dir = tmp_path / "out"
-    load_example("run_text_classification").main(
+    load_script("run_text_classification").main(
         [
             "--model_name_or_path",
             str(bilm_dir),
@@ -234,7 +226,7 @@ def test_unknown_metric_name():
 
 
 def test_fortunes_corpus_is_written_in_ptb_form(tmp_path):
-    prepare = load_example("prepare_fortunes_corpus")
+    prepare = load_script("prepare_fortunes_corpus")
     assert prepare.ptb_words("Don't pay $1,000.50 for it's FREE!") == [
         "do",
         "n't",
@@ -267,7 +259,7 @@ def test_news_corpus_keeps_case_punctuation_and_digits_and_splits_by_article(tmp
     import io
     import zipfile
 
-    prepare = load_example("prepare_news_corpus")
+    prepare = load_script("prepare_news_corpus")
     rows = io.StringIO()
     writer = csv.DictWriter(rows, ["article_id", "publish_date", "article_source_link", "title", "subtitle", "text"])
     writer.writeheader()

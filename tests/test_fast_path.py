@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_model
+from helpers import tiny_model
 
 from elmo_hf import cpu_kernels
 

@@ -15,7 +15,7 @@ Only public module attributes are used (`elmo`, `task_encoder.input_mix`, `task_
 
 import pytest
 import torch
-from conftest import tiny_config
+from helpers import tiny_config
 
 from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification
 

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config, tiny_model
+from helpers import tiny_config, tiny_model
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoScalarMix

@@ -4,8 +4,8 @@ import random
 
 import pytest
 import torch
-from conftest import tiny_model
 from datasets import Dataset
+from helpers import tiny_model
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
 from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
+from helpers import tiny_config, tiny_model
 from hub_server import NonLoopbackConnection, client_prelude, git_blob_id, loopback_guard
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError

@@ -16,7 +16,7 @@ import sysconfig
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 # What .gitignore ignores: build products anywhere, local data at the top (converted checkpoints, outputs).
 NOT_SOURCE_ANYWHERE = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis")

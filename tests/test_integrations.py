@@ -2,12 +2,15 @@
 tiny random model. A library that is not installed skips its tests (a failure when CI is set)."""
 
 import importlib
+import importlib.metadata
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 
 from elmo_hf import ElmoEmbedder
 
@@ -17,6 +20,7 @@ SENTENCES = [
     "A rather longer sentence , with a comma and several words in it .",
     "Ünïcödé wörds too",
 ]
+RAW_SENTENCES = ["The U.S. Centers don't close.", "It wasn 't the most seaworthy of prizes ."]
 
 
 def require(module):
@@ -30,10 +34,10 @@ def require(module):
         pytest.skip(message)
 
 
-def embedder_sentence_vectors(model, sentences):
-    """ElmoEmbedder's sentence vectors of whitespace-split `sentences`: (sentences, dim)."""
+def embedder_sentence_vectors(model, sentences, split=str.split):
+    """ElmoEmbedder's sentence vectors of `sentences` split into words by `split`: (sentences, dim)."""
     vectors = ElmoEmbedder(model).embed_sentences(
-        [sentence.split() for sentence in sentences], layers="average", sentence_vectors=True
+        [split(sentence) for sentence in sentences], layers="average", sentence_vectors=True
     )
     return np.stack(vectors)
 
@@ -72,6 +76,25 @@ def test_sentence_transformers_encode_equals_embedder_sentence_vectors(tmp_path,
         device="cpu",
     )
     np.testing.assert_allclose(rebuilt.encode(SENTENCES), expected, atol=1e-6, rtol=0)
+
+
+def test_sentence_transformers_splits_raw_text_or_whitespace(tmp_path, one_thread):
+    require("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    from elmo_hf.integrations.sentence_transformers import ElmoSentenceTransformerModule
+
+    model = tiny_model(seed=7)
+    words = ElmoSentenceTransformerModule(model).tokenizer.tokenize
+    assert words(RAW_SENTENCES[0]) != RAW_SENTENCES[0].split()  # "U.S." and "don't" are split apart
+    for whitespace_split, split in ((False, words), (True, str.split)):
+        elmo = ElmoSentenceTransformerModule(model, whitespace_split=whitespace_split)
+        encoder = SentenceTransformer(modules=[elmo, Pooling(16, "mean")], device="cpu")
+        expected = embedder_sentence_vectors(model, RAW_SENTENCES, split)
+        np.testing.assert_allclose(encoder.encode(RAW_SENTENCES), expected, atol=1e-6, rtol=0)
+    encoder.save(str(tmp_path / "st"))
+    assert ElmoSentenceTransformerModule.load(str(tmp_path / "st")).whitespace_split is True
 
 
 def test_sentence_transformers_top_layer_and_bad_layers(one_thread):
@@ -154,6 +177,26 @@ def test_spacy_sentences_whitespace_and_pipe(spacy_pipeline, one_thread):
         np.testing.assert_allclose(result.tensor, doc.tensor, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match='layers="all" gives several vectors per word'):
         nlp.add_pipe("elmo_hf", name="all_layers", config={"layers": "all"})
+
+
+def test_spacy_finds_the_component_by_entry_point(tmp_path):
+    """An installed elmo-hf registers "elmo_hf" with spaCy: a fresh interpreter adds it without importing us."""
+    require("spacy")
+    if not importlib.metadata.entry_points(group="spacy_factories", name="elmo_hf"):
+        message = "the installed elmo-hf metadata has no spacy_factories entry point (reinstall: pip install -e .)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    tiny_model(seed=8).save_pretrained(tmp_path / "elmo")
+    code = (
+        "import sys, spacy\n"
+        f"nlp = spacy.blank('en'); nlp.add_pipe('elmo_hf', config={{'model': {str(tmp_path / 'elmo')!r}}})\n"
+        "assert 'elmo_hf.integrations.spacy' in sys.modules\n"
+        "print(nlp('Entry points work .').tensor.shape)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "(4, 16)"
 
 
 # ---- TensorFlow Hub's ELMo outputs ----

@@ -3,7 +3,7 @@ gradients) and the CPU inference kernels of cpu_kernels.py, on tiny random model
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 from test_fast_path import random_batch
 
 from elmo_hf import cpu_kernels, modeling_elmo

@@ -1,12 +1,11 @@
 """The shipped offline metric modules (thin wrappers of seqeval and scikit-learn), and the token-classification
 example on a tag set that is not IOB."""
 
-import importlib.util
 import json
 
 import evaluate
 import pytest
-from conftest import REPO_ROOT, tiny_model
+from helpers import load_script, tiny_model
 
 from elmo_hf import ElmoTokenizer
 from elmo_hf.metrics import metric_path
@@ -69,10 +68,7 @@ def test_token_classification_example_trains_on_part_of_speech_tags(tmp_path):
     for name in ("train", "dev", "test"):
         sentences = ["\n".join(f"{word} {tag}" for word, tag in tagged[start:] + tagged[:start]) for start in range(6)]
         (tmp_path / f"{name}.conll").write_text("\n\n".join(sentences) + "\n")
-    script = REPO_ROOT / "examples" / "run_token_classification.py"
-    spec = importlib.util.spec_from_file_location("run_token_classification", script)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_script("run_token_classification")
     example.main(
         [
             "--model_name_or_path",

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 import yaml
-from conftest import REPO_ROOT, tiny_model
+from helpers import REPO_ROOT, tiny_model
 
 from elmo_hf import ElmoTokenizer
 from elmo_hf.model_card import TEMPLATE_PATH, render_model_card, write_model_card

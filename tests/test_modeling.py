@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
+from helpers import tiny_config, tiny_model
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoModelOutput

@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 
 from elmo_hf import cli
 from elmo_hf.onnx_export import ElmoOnnxModel, export_onnx

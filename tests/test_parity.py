@@ -6,21 +6,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from helpers import WEIGHT_SETS, assert_close, stateful_batches
 
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.original_tf import convert_hdf5
-
-WEIGHT_SETS = {
-    # name: (weights folder, all-layers file in bilm_tf_all_layers/)
-    "allennlp_elmo": ("allennlp_elmo", "allennlp_fixture_all_layers_tf.hdf5"),
-    "bilm_tf_model": ("bilm_tf_model", "bilmtf_fixture_all_layers_tf.hdf5"),
-}
-
-
-def assert_close(actual, expected, what):
-    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
-    difference = np.abs(actual - expected).max()
-    assert np.allclose(actual, expected, atol=1e-6), f"{what}: max abs difference {difference:.3g}"
 
 
 @pytest.fixture(scope="module", params=["converted", "round_trip"])
@@ -38,20 +27,6 @@ def converted(request, fixtures_dir, tmp_path_factory):
             model, tokenizer = ElmoModel.from_pretrained(directory).eval(), ElmoTokenizer.from_pretrained(directory)
         models[name] = (model, tokenizer)
     return models
-
-
-def stateful_batches(fixtures_dir, model, tokenizer, device="cpu"):
-    """bilm-tf's protocol: batch i = [S[0][i], S[1][i], S[2][i]] for i = 0..9, LSTM state carried per row; the batches
-    go to `device`, where `model` is."""
-    sentences = json.loads((fixtures_dir / "allennlp_elmo" / "sentences.json").read_text())
-    states = None
-    for index in range(10):
-        words = [sentences[row][index].split() for row in range(3)]
-        batch = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt").to(device)
-        with torch.no_grad():
-            output = model(**batch, output_hidden_states=True, lstm_states=states)
-        states = output.lstm_states
-        yield index, batch, output
 
 
 @pytest.mark.parametrize("name", WEIGHT_SETS)

@@ -1,19 +1,15 @@
 """elmo_hf.perplexity: both protocols equal a direct, independent loop over the targets."""
 
-import importlib.util
 import json
 import math
 
 import pytest
 import torch
-from conftest import REPO_ROOT
-from test_pretraining import WORDS, tiny_lm
+from helpers import WORDS, load_script, tiny_lm
 
 from elmo_hf import ElmoPreTrainingCollator, ElmoTokenizer, ElmoWordVocabulary, perplexity
 
-spec = importlib.util.spec_from_file_location("evaluate_perplexity", REPO_ROOT / "examples" / "evaluate_perplexity.py")
-script = importlib.util.module_from_spec(spec)  # the thin command-line script
-spec.loader.exec_module(script)
+script = load_script("evaluate_perplexity")  # the thin command-line script
 
 # An out-of-vocabulary word ("zebra"), a blank line (a sentence without words), sentences of varied length.
 TEXT = "the cat sat on the mat .\na zebra ran\n\ndog sat\nthe dog ran on a mat .\ncat\n"

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import tiny_config
+from helpers import tiny_config
 from transformers import pipeline
 from transformers.pipelines.token_classification import TokenClassificationPipeline
 

@@ -6,26 +6,11 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config, tiny_model
+from helpers import WORDS, tiny_config, tiny_lm
 from transformers import AutoModelForPreTraining
 
 from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoPreTrainingCollator, ElmoTokenizer, ElmoWordVocabulary
 from elmo_hf.modeling_elmo import ElmoLogUniformSampler, elmo_sampled_softmax_loss
-
-WORDS = ["<S>", "</S>", "<UNK>", "the", "a", "cat", "dog", "sat", "ran", ".", "on", "mat"]
-
-
-def tiny_lm(seed=0, **overrides):
-    """tiny_model's biLM under a random softmax over WORDS."""
-    fields = dict(vocab_size=len(WORDS), num_sampled_negatives=5)
-    fields.update(overrides)
-    bilm = tiny_model(seed, **fields)
-    model = ElmoForPreTraining(bilm.config)
-    model.elmo.load_state_dict(bilm.state_dict())
-    with torch.no_grad():
-        model.lm_head.weight.normal_(0.0, 0.5)
-        model.lm_head.bias.normal_(0.0, 0.5)
-    return model.eval()
 
 
 @pytest.fixture

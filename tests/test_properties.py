@@ -2,10 +2,9 @@
 the model's independence from batch composition."""
 
 import torch
-from conftest import tiny_model
+from helpers import assert_same, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_determinism import assert_same
 
 from elmo_hf import ElmoTokenizer
 

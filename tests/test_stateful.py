@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 
 from elmo_hf.original_tf import convert_hdf5
 

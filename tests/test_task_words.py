@@ -3,7 +3,7 @@ that saves, reloads and predicts the same through `from_pretrained` and the pipe
 
 import pytest
 import torch
-from conftest import tiny_config
+from helpers import tiny_config
 from transformers import pipeline
 
 from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer

@@ -3,7 +3,7 @@ forward-argument conventions (can_return_tuple, unknown arguments refused, no lo
 
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
+from helpers import tiny_config, tiny_model
 from transformers import PreTrainedModel, Trainer, TrainingArguments
 
 from elmo_hf import ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel

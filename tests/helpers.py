@@ -1,0 +1,153 @@
+"""Plain helpers shared by the test modules: tiny random models, the repository's scripts loaded as modules, and the
+reference computations and comparisons that several modules use. Fixtures live in conftest.py; no test module
+imports another."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def fixtures_path():
+    """Where the reference fixtures are: $ELMO_FIXTURES, else ../shared/fixtures beside the repository."""
+    return pathlib.Path(os.environ.get("ELMO_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures"))
+
+
+def load_script(name, folder="examples"):
+    """`FOLDER/NAME.py` of the repository (a script, not a package), executed afresh as the module NAME."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it, so that its classes pickle and its dataclasses find it
+    spec.loader.exec_module(module)
+    return module
+
+
+# Tiny random models.
+
+
+def tiny_config(**overrides):
+    fields = dict(
+        char_embedding_dim=4,
+        filters=[[1, 4], [2, 8], [3, 8]],
+        num_highway_layers=1,
+        lstm_dim=16,
+        projection_dim=8,
+        num_lstm_layers=2,
+        max_characters_per_token=20,
+    )
+    fields.update(overrides)
+    return ElmoConfig(**fields)
+
+
+def tiny_model(seed=0, **overrides):
+    """A tiny ELMo whose weights are scaled so that every layer's activations are far from zero."""
+    torch.manual_seed(seed)
+    model = ElmoModel(tiny_config(**overrides))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.copy_(torch.randn_like(parameter) * (0.5 if "char_embedding" not in name else 1.0))
+    return model.eval()
+
+
+# The word vocabulary of the tiny language models.
+WORDS = ["<S>", "</S>", "<UNK>", "the", "a", "cat", "dog", "sat", "ran", ".", "on", "mat"]
+
+
+def tiny_lm(seed=0, **overrides):
+    """tiny_model's biLM under a random softmax over WORDS."""
+    fields = dict(vocab_size=len(WORDS), num_sampled_negatives=5)
+    fields.update(overrides)
+    bilm = tiny_model(seed, **fields)
+    model = ElmoForPreTraining(bilm.config)
+    model.elmo.load_state_dict(bilm.state_dict())
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, 0.5)
+        model.lm_head.bias.normal_(0.0, 0.5)
+    return model.eval()
+
+
+# The embedder and its output files.
+
+SENTENCES = [
+    ["The", "cat", "sat", "on", "the", "mat", "."],
+    ["Hello"],
+    ["ELMo", "vectors", "depend", "on", "context", "."],
+    ["a", "b"],
+    ["Colorless", "green", "ideas", "sleep", "furiously", "and", "often", "too", "."],
+]
+# Float rounding: a word's vectors vary by about 1e-6 with the batch the model computes it in.
+ATOL = 1e-5
+
+
+def direct_layers(model, words):
+    """(layers, words, dim) straight from ElmoModel, one sentence at a time, boundaries cut off."""
+    tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+    batch = tokenizer([words], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden_states = model(**batch, output_hidden_states=True).hidden_states
+    return torch.stack(hidden_states, dim=1)[0, :, 1:-1].numpy()
+
+
+def write_lines(path, sentences):
+    path.write_text("".join(" ".join(words) + "\n" for words in sentences), encoding="utf-8")
+
+
+def read_output(path):
+    """{dataset name: array} and sentence_to_index of an .hdf5 or .npz written by embed_file."""
+    if path.suffix == ".npz":
+        with np.load(path) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+        return arrays, json.loads(str(arrays.pop("sentence_to_index")))
+    with h5py.File(path, "r") as file:
+        arrays = {key: file[key][...] for key in file}
+    return arrays, json.loads(arrays.pop("sentence_to_index")[0])
+
+
+# Batch independence (docs/guarantees.md).
+
+TOLERANCE = 1e-6
+
+
+def assert_same(actual, expected):
+    """actual, expected: (layers, words, 2 * projection_dim), within TOLERANCE of the sentence's largest value."""
+    assert actual.shape == expected.shape
+    scale = max(expected.abs().max().item(), 1.0)
+    assert (actual - expected).abs().max().item() <= TOLERANCE * scale
+
+
+# Parity with the original TensorFlow ELMo on the fixtures.
+
+WEIGHT_SETS = {
+    # name: (weights folder, all-layers file in bilm_tf_all_layers/)
+    "allennlp_elmo": ("allennlp_elmo", "allennlp_fixture_all_layers_tf.hdf5"),
+    "bilm_tf_model": ("bilm_tf_model", "bilmtf_fixture_all_layers_tf.hdf5"),
+}
+
+
+def assert_close(actual, expected, what):
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    difference = np.abs(actual - expected).max()
+    assert np.allclose(actual, expected, atol=1e-6), f"{what}: max abs difference {difference:.3g}"
+
+
+def stateful_batches(fixtures_dir, model, tokenizer, device="cpu"):
+    """bilm-tf's protocol: batch i = [S[0][i], S[1][i], S[2][i]] for i = 0..9, LSTM state carried per row; the batches
+    go to `device`, where `model` is."""
+    sentences = json.loads((fixtures_dir / "allennlp_elmo" / "sentences.json").read_text())
+    states = None
+    for index in range(10):
+        words = [sentences[row][index].split() for row in range(3)]
+        batch = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt").to(device)
+        with torch.no_grad():
+            output = model(**batch, output_hidden_states=True, lstm_states=states)
+        states = output.lstm_states
+        yield index, batch, output
