@@ -58,6 +58,30 @@ def tiny_model(seed=0, **overrides):
     return model.eval()
 
 
+def random_batch(generator, batch, max_words, chars, vocabulary=7):
+    """Right-padded char ids drawn from a small random vocabulary (so words repeat), random lengths >= 1."""
+    words = torch.randint(1, 262, (vocabulary, chars), generator=generator)
+    words[:, chars // 2 :] = 0  # words shorter than max_characters_per_token, as the tokenizer pads them
+    lengths = torch.randint(1, max_words + 1, (batch,), generator=generator)
+    lengths[0] = max_words
+    input_ids = torch.zeros(batch, max_words, chars, dtype=torch.long)
+    for row, length in enumerate(lengths.tolist()):
+        input_ids[row, :length] = words[torch.randint(0, vocabulary, (length,), generator=generator)]
+    return input_ids, lengths
+
+
+def tiny_model_and_batch(model_seed, batch_seed, batch, max_words):
+    """A tiny float32 model (`tiny_model(seed=model_seed)`) and a `random_batch` of char ids for it."""
+    model = tiny_model(seed=model_seed)
+    input_ids, _ = random_batch(
+        torch.Generator().manual_seed(batch_seed),
+        batch=batch,
+        max_words=max_words,
+        chars=model.config.max_characters_per_token,
+    )
+    return model, input_ids
+
+
 # The word vocabulary of the tiny language models.
 WORDS = ["<S>", "</S>", "<UNK>", "the", "a", "cat", "dog", "sat", "ran", ".", "on", "mat"]
 

@@ -4,8 +4,7 @@ products; the oneDNN-packed ones are CPU-only). Skipped where torch sees no GPU.
 import h5py
 import pytest
 import torch
-from helpers import WEIGHT_SETS, assert_close, stateful_batches
-from test_fast_path import tiny_model_and_batch
+from helpers import WEIGHT_SETS, assert_close, stateful_batches, tiny_model_and_batch
 
 from elmo_hf.original_tf import convert_hdf5
 
