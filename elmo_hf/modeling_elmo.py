@@ -975,12 +975,10 @@ class ElmoModel(ElmoPreTrainedModel):
         mask = self.word_mask(input_ids, attention_mask)  # (batch, words)
         # The one choice of path (config.lstm_implementation): the CPU kernels compute the same math without gradients.
         implementation = self.config.lstm_implementation
-        # (cpu_kernels encodes words without a word embedding.)
-        if (
-            implementation != "reference"
-            and self.character_encoder.word_embedding is None
-            and cpu_kernels_apply(self, input_ids, lstm_states, lstm_dropout)
-        ):
+        if implementation != "reference" and cpu_kernels_apply(self, input_ids, lstm_states, lstm_dropout):
+            # cpu_kernels' own word encoding has no word embedding: a model with one encodes words in its forward.
+            if token_cache is None and self.character_encoder.word_embedding is not None:
+                token_cache = self.character_encoder
             token_layer, lstm_layers, final_state = elmo_forward(self, input_ids, mask, lstm_states, token_cache)
         else:
             encode_words = self.character_encoder if token_cache is None else token_cache

@@ -32,7 +32,8 @@ DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "elmo_hf", "
 
 def converted_checkpoint(model_dir, cache_dir=None):
     """The elmo-hf checkpoint for `model_dir`: itself when already converted, else its cached conversion (made now
-    when missing; the cache key covers the folder's path and its files' sizes and times)."""
+    when missing; the cache key covers the folder's path and the sizes and times of its .json, .dic and .pkl
+    files)."""
     model_dir = os.path.abspath(str(model_dir))
     if not is_efml_folder(model_dir):
         if not os.path.isfile(os.path.join(model_dir, "model.safetensors")):
@@ -42,9 +43,11 @@ def converted_checkpoint(model_dir, cache_dir=None):
             )
         return model_dir
     key = hashlib.sha256(model_dir.encode("utf-8"))
-    for name in sorted(os.listdir(model_dir)):
-        stat = os.stat(os.path.join(model_dir, name))
-        key.update(f"{name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    for name in sorted(os.listdir(model_dir)):  # the model's own files: its JSON configs, lexicons and weights
+        path = os.path.join(model_dir, name)
+        if name.endswith((".json", ".dic", ".pkl")) and os.path.isfile(path):
+            stat = os.stat(path)
+            key.update(f"{name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
     output_dir = os.path.join(cache_dir or DEFAULT_CACHE_DIR, f"{os.path.basename(model_dir)}-{key.hexdigest()[:16]}")
     if not os.path.isfile(os.path.join(output_dir, "model.safetensors")):
         partial = f"{output_dir}.partial-{os.getpid()}"
