@@ -43,6 +43,9 @@ examples:
   elmo-hf embed corpus.txt vectors.hdf5 --sentence-vectors --layers mix --mix-weights 0.2 0.3 0.5
   elmo-hf embed corpus.txt vectors.hdf5 --model ./elmo-original --resume   # after an interrupted run
   torchrun --nproc_per_node 2 -m elmo_hf.cli embed corpus.txt vectors.hdf5 --model ./elmo-original
+  elmo-hf embed sentences.txt elmo_layers.hdf5 --all --options-file options.json --weight-file weights.hdf5
+      # allennlp 0.9's `allennlp elmo` flags: --all/--top/--average, --batch-size, --cuda-device,
+      # --forget-sentences, --use-sentence-keys, --options-file/--weight-file (converted once, then cached)
 
 reading the output in Python:
   with h5py.File("vectors.hdf5", "r") as f:
@@ -101,18 +104,40 @@ def build_parser():
         help="where to run, e.g. cpu, cuda, cuda:1 (default: cuda when available, else cpu; under torchrun or "
         "accelerate launch, cuda:LOCAL_RANK)",
     )
+    model.add_argument(
+        "--cuda-device",
+        type=int,
+        metavar="N",
+        help="as allennlp's `elmo` command: the GPU to run on, -1 for the CPU (instead of --device)",
+    )
+    model.add_argument(
+        "--options-file",
+        help="as allennlp's `elmo` command: the published options.json (path or URL), with --weight-file, instead "
+        "of --model; converted on first use and cached (see elmo_hf.compat.allennlp)",
+    )
+    model.add_argument("--weight-file", help="the published weights .hdf5 (path or URL), with --options-file")
     model.add_argument("--dtype", choices=DTYPES, default="float32", help="compute dtype; vectors are saved as float32")
+    model.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="int8 LSTM weights (CPU, float32): faster one sentence at a time, close to float32 (docs/speed.md)",
+    )
     vectors = embed.add_argument_group("what to write")
     vectors.add_argument(
         "--tokenize", action="store_true", help="split raw text into words and punctuation (default: split on spaces)"
     )
-    vectors.add_argument(
+    layer_choice = vectors.add_mutually_exclusive_group()
+    layer_choice.add_argument(
         "--layers",
         choices=["all", "top", "average", "mix"],
         default="all",
         help="all: every layer, (layers, words, dim) per line; top: the last LSTM layer; average: the mean of the "
         "layers; mix: their sum weighted by --mix-weights. All but `all` give (words, dim). Default: all",
     )
+    for flag in ("all", "top", "average"):
+        layer_choice.add_argument(
+            f"--{flag}", dest="allennlp_layers", action="store_const", const=flag, help=f"the same as --layers {flag}"
+        )
     vectors.add_argument(
         "--mix-weights",
         metavar="W",
@@ -121,6 +146,15 @@ def build_parser():
         help="with --layers mix: one weight per layer (token layer first), used as given",
     )
     vectors.add_argument("--sentence-vectors", action="store_true", help="average over the words: one vector per line")
+    vectors.add_argument(
+        "--forget-sentences", action="store_true", help="as allennlp: leave out the sentence_to_index dataset"
+    )
+    vectors.add_argument(
+        "--use-sentence-keys",
+        action="store_true",
+        help="as allennlp: name each line's dataset by the line itself, not its index (lines must be unique; no "
+        "sentence_to_index)",
+    )
     speed = embed.add_argument_group("speed and memory")
     speed.add_argument("--batch-size", type=int, default=64, help="sentences per model call at most (default: 64)")
     speed.add_argument(
@@ -323,6 +357,15 @@ def embed(args):
     if args.quiet:
         transformers.utils.logging.disable_progress_bar()  # the "Loading weights" bar
     device = args.device
+    if args.cuda_device is not None:
+        if device is not None:
+            raise UserInputError("--cuda-device: give either --cuda-device or --device, not both")
+        if args.cuda_device >= torch.cuda.device_count():
+            raise UserInputError(
+                f"--cuda-device: {args.cuda_device} is not available ({torch.cuda.device_count()} CUDA devices); "
+                "-1 runs on the CPU"
+            )
+        device = "cpu" if args.cuda_device < 0 else f"cuda:{args.cuda_device}"
     if device is None:
         local_rank = os.environ.get("LOCAL_RANK")  # torchrun: one process per GPU
         device = "cpu" if not torch.cuda.is_available() else f"cuda:{local_rank}" if local_rank else "cuda"
@@ -331,21 +374,40 @@ def embed(args):
 
 
 def _embed(args, device):
+    from .compat.allennlp import embed_file_in_allennlp_layout, load_elmo_model
     from .embedder import ElmoEmbedder
 
+    if (args.options_file is None) != (args.weight_file is None):
+        raise UserInputError("--options-file: goes with --weight-file (allennlp's pair of files); give both or neither")
+    if args.options_file is not None and args.model != DEFAULT_MODEL:
+        raise UserInputError("--options-file: give either --options-file and --weight-file, or --model, not both")
     try:
-        embedder = ElmoEmbedder.from_pretrained(args.model, device=device, dtype=DTYPES[args.dtype])
+        if args.options_file is not None:
+            model = load_elmo_model(args.options_file, args.weight_file)
+            embedder = ElmoEmbedder(model, device=device, dtype=DTYPES[args.dtype])
+        else:
+            embedder = ElmoEmbedder.from_pretrained(args.model, device=device, dtype=DTYPES[args.dtype])
+    except UserInputError:
+        raise
     except (OSError, ValueError) as error:  # no such model, unreadable or contradictory files
         raise unloadable_model_error(args.model, error) from None
+    if args.quantize is not None:
+        try:
+            embedder.model.quantize_lstm(args.quantize)
+        except ValueError as error:
+            raise UserInputError(f"--quantize {args.quantize}: {error}") from None
     if args.token_cache:
         with open(args.token_cache, encoding="utf-8") as vocabulary:
             embedder.set_token_cache(word for word in (line.strip() for line in vocabulary) if word)
     try:
-        summary = embedder.embed_file(
+        summary = embed_file_in_allennlp_layout(
+            embedder,
             args.input,
             args.output,
+            forget_sentences=args.forget_sentences,
+            use_sentence_keys=args.use_sentence_keys,
             tokenize=args.tokenize,
-            layers=args.layers,
+            layers=args.allennlp_layers or args.layers,
             mix_weights=args.mix_weights,
             sentence_vectors=args.sentence_vectors,
             batch_size=args.batch_size,

@@ -83,9 +83,13 @@ def load_elmo_model(options_file, weight_file):
     if weight_file is None:
         if os.path.isfile(options_file):
             raise UserInputError(f"weight_file: required with the options file {options_file} (the weights .hdf5)")
+        # A Hub name is "name" or "org/name"; anything else that is not a folder here is a missing local path.
+        local = options_file.startswith((".", "~")) or os.path.isabs(options_file) or options_file.count("/") > 1
+        if local and not os.path.isdir(options_file):
+            raise UserInputError(f"options_file: {options_file}: no such folder (a converted elmo-hf checkpoint)")
         try:
             return ElmoModel.from_pretrained(options_file)
-        except OSError as error:
+        except (OSError, ValueError) as error:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise UserInputError(
                 f"options_file: {options_file!r} is neither a converted elmo-hf checkpoint (a folder or Hub name) nor "
@@ -553,7 +557,7 @@ def _rearrange_keys(path, input_path, forget_sentences, use_sentence_keys):
     vectors are not copied)."""
     h5py = _import_h5py()
     with h5py.File(path, "r+") as output:
-        if "sentence_to_index" in output:
+        if (forget_sentences or use_sentence_keys) and "sentence_to_index" in output:
             del output["sentence_to_index"]
         if use_sentence_keys:
             lines = _read_lines(input_path)
