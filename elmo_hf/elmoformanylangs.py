@@ -404,7 +404,9 @@ def convert_efml(folder, output_dir=None):
         raise UserInputError(f"{folder}: no such folder; expected an ELMoForManyLangs model folder")
     model_config, config_source = read_model_config(folder)
     char_lexicon = read_lexicon(os.path.join(folder, "char.dic"))
-    word_dim = (model_config.get("token_embedder") or {}).get("word_dim", 0) if isinstance(model_config, dict) else 0
+    token_config = model_config.get("token_embedder")
+    word_dim = token_config.get("word_dim", 0) if isinstance(token_config, dict) else 0
+    # word.dic is read only for a word embedding, as the package does.
     word_lexicon = (
         read_lexicon(os.path.join(folder, "word.dic")) if isinstance(word_dim, int) and word_dim > 0 else None
     )
@@ -420,23 +422,23 @@ def convert_efml(folder, output_dir=None):
     key_table = efml_key_table(config)
     check_state_dicts(folder, arrays, key_table)
     model = build_model(config, convert_weights(arrays, config, key_table, source_name=folder))
-    with tempfile.TemporaryDirectory() as lexicon_dir:
+    with tempfile.TemporaryDirectory() as lexicon_dir:  # the tokenizer keeps its lexicons in memory
         tokenizer = efml_tokenizer(config, char_lexicon, word_lexicon, lexicon_dir)
-        max_difference = verify_against_reference(model, arrays, config, tokenizer)
-        report = {
-            "source_folder": os.path.basename(os.path.abspath(folder)),
-            "source_model_config": os.path.basename(config_source),
-            "tensors_converted": len(arrays),
-            "verification_max_abs_difference": max_difference,
-            "verification_sentences": len(VERIFY_SENTENCES),
-            "verification_atol": VERIFY_ATOL,
-            "converter": "elmo_hf.elmoformanylangs",
-            "elmo_hf_version": __version__,
-        }
-        if output_dir is not None:
-            os.makedirs(output_dir, exist_ok=True)
-            model.save_pretrained(output_dir)
-            tokenizer.save_pretrained(output_dir)
-            with open(os.path.join(output_dir, CONVERSION_REPORT_NAME), "w", encoding="utf-8") as report_file:
-                json.dump(report, report_file, indent=2)
+    max_difference = verify_against_reference(model, arrays, config, tokenizer)
+    report = {
+        "source_folder": os.path.basename(os.path.abspath(folder)),
+        "source_model_config": os.path.basename(config_source),
+        "tensors_converted": len(arrays),
+        "verification_max_abs_difference": max_difference,
+        "verification_sentences": len(VERIFY_SENTENCES),
+        "verification_atol": VERIFY_ATOL,
+        "converter": "elmo_hf.elmoformanylangs",
+        "elmo_hf_version": __version__,
+    }
+    if output_dir is not None:
+        os.makedirs(output_dir, exist_ok=True)
+        model.save_pretrained(output_dir)
+        tokenizer.save_pretrained(output_dir)
+        with open(os.path.join(output_dir, CONVERSION_REPORT_NAME), "w", encoding="utf-8") as report_file:
+            json.dump(report, report_file, indent=2)
     return model, tokenizer, report
