@@ -163,19 +163,22 @@ def reference_outputs(folder):
 
 
 def lstm_token_embedder_failure(out):
-    """The LSTM token embedder with characters: its forward concatenates a 2-D and a 3-D tensor."""
-    folder = os.path.join(out, "_lstm_scratch")
-    config = model_config(4, 0, [[1, 4]], "relu", 8, token_embedder="lstm")
-    try:
-        write_model(folder, config, False, 3)
-        Embedder(folder).sents2elmo(SENTENCES[:1])
-        failure = None
-    except Exception as error:  # the point is to record whatever it raises
-        failure = f"{type(error).__name__}: {error}"
-    for name in os.listdir(folder):
-        os.remove(os.path.join(folder, name))
-    os.rmdir(folder)
-    return failure
+    """The LSTM token embedder with characters, without and with a word embedding: its forward concatenates a 2-D
+    and a 3-D tensor."""
+    failures = {}
+    for word_dim in (0, 6):
+        folder = os.path.join(out, "_lstm_scratch")
+        try:
+            write_model(folder, model_config(4, word_dim, [[1, 4]], "relu", 8, token_embedder="lstm"), False, 3)
+            Embedder(folder).sents2elmo(SENTENCES[:1])
+            failure = None
+        except Exception as error:  # the point is to record whatever it raises
+            failure = f"{type(error).__name__}: {error}"
+        failures[f"char_dim 4, word_dim {word_dim}"] = failure
+        for name in os.listdir(folder):
+            os.remove(os.path.join(folder, name))
+        os.rmdir(folder)
+    return failures
 
 
 def main(out):
