@@ -277,3 +277,27 @@ def test_config_fields_of_the_lexicon_mode_are_checked():
         ElmoConfig(word_embedding_dim=5)
     with pytest.raises(ElmoConfigFieldError, match="char_vocabulary must be one of"):
         ElmoConfig(char_vocabulary="unicode")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "not a readable JSON lexicon"),
+        ('{"a": 1, "b": 3}', "expected a JSON object {token: id} with the ids 1..N, each once"),
+        ('["a", "b"]', "expected a JSON object {token: id}"),
+    ],
+)
+def test_a_bad_tokenizer_lexicon_names_the_file(tmp_path, content, message):
+    path = tmp_path / "char_lexicon.json"
+    path.write_text(content, encoding="utf-8")
+    markers = {"begin_of_word": "a", "end_of_word": "a", "padding": "a", "unknown": "a"}
+    with pytest.raises(ValueError, match=re.escape(f"{path}: ") + ".*" + re.escape(message)):
+        ElmoTokenizer(char_lexicon_file=str(path), char_markers=markers)
+
+
+def test_a_tokenizer_lexicon_without_a_marker_names_it(tmp_path):
+    path = tmp_path / "char_lexicon.json"
+    path.write_text('{"a": 1, "<bos>": 2, "<eos>": 3}', encoding="utf-8")
+    markers = {"begin_of_word": "a", "end_of_word": "a", "padding": "a", "unknown": "<oov>"}
+    with pytest.raises(ValueError, match=re.escape(f"{path}: has no entry '<oov>'")):
+        ElmoTokenizer(char_lexicon_file=str(path), char_markers=markers, bos_token="<bos>", eos_token="<eos>")
