@@ -20,6 +20,7 @@ paper and which `tests/test_kernels.py` compares this path with. Each trick belo
 """
 
 import functools
+import warnings
 import weakref
 
 import torch
@@ -118,7 +119,12 @@ def bilstm_forward(encoder, word_embeddings, word_index, lengths, lstm_states=No
             step_gate_inputs = layer.input_gates(layer_input).split(steps.batch_sizes, dim=1)  # (2, active, 4 lstm)
         initial_state = (cells[index][:, steps.order], hiddens[index][:, steps.order])
         output, (cell, hidden) = packed_layer_forward(
-            layer, step_gate_inputs, steps.batch_sizes, *initial_state, zero_state=lstm_states is None
+            layer,
+            step_gate_inputs,
+            steps.batch_sizes,
+            *initial_state,
+            zero_state=lstm_states is None,
+            weight_quantization=encoder.weight_quantization,
         )  # output: (2, valid words, projection_dim)
         if encoder.use_skip_connections and index > 0:
             output = output + layer_input
@@ -132,7 +138,9 @@ def bilstm_forward(encoder, word_embeddings, word_index, lengths, lstm_states=No
     return layer_outputs, encoder.final_states(final_cells, final_hiddens, carried)
 
 
-def packed_layer_forward(layer, step_gate_inputs, batch_sizes, cell, hidden, zero_state=False):
+def packed_layer_forward(
+    layer, step_gate_inputs, batch_sizes, cell, hidden, zero_state=False, weight_quantization=None
+):
     r"""
     `ElmoBiLstmLayer`'s recurrence on packed steps with a shrinking batch.
 
@@ -144,6 +152,8 @@ def packed_layer_forward(layer, step_gate_inputs, batch_sizes, cell, hidden, zer
         batch_sizes (list of ints, one per step): rows still running at each step (a prefix of the batch).
         cell (`(2, batch, lstm_dim)`), hidden (`(2, batch, projection_dim)`): the initial state.
         zero_state (bool): the initial state is all zeros, so the first step has no recurrent term.
+        weight_quantization (None or "int8"): "int8" runs the per-step products with int8 copies of `U` and `P`
+            (`ElmoModel.quantize_lstm`).
 
     Returns:
         outputs `(2, words, projection_dim)` packed step by step, and the state `(cell, hidden)` after each row's
@@ -152,7 +162,7 @@ def packed_layer_forward(layer, step_gate_inputs, batch_sizes, cell, hidden, zer
     outputs, ended_cells, ended_hiddens = [], [], []
     for step, (active, step_gate_input) in enumerate(zip(batch_sizes, step_gate_inputs)):
         if step == 0:
-            prepacked = active > 1 and _prepacked_products_apply(layer, step_gate_input)
+            products = _products_kind(layer, step_gate_input, active, weight_quantization)
         if active < hidden.shape[1]:
             # Rows past their last word leave the batch; their state is final.
             ended_cells.append(cell[:, active:])
@@ -161,9 +171,9 @@ def packed_layer_forward(layer, step_gate_inputs, batch_sizes, cell, hidden, zer
         if step == 0 and zero_state:
             gates = step_gate_input  # hidden @ recurrent_weight is exactly 0
         else:
-            gates = _gates(layer, step_gate_input, hidden, prepacked)  # (2, active, 4 * lstm_dim)
+            gates = _gates(layer, step_gate_input, hidden, products)  # (2, active, 4 * lstm_dim)
         cell, memory = modeling_elmo.lstm_cell_step(gates, cell, layer.cell_clip)  # (2, active, lstm_dim)
-        hidden = modeling_elmo.clip(_project(layer, memory, prepacked), layer.proj_clip)  # (2, active, proj)
+        hidden = modeling_elmo.clip(_project(layer, memory, products), layer.proj_clip)  # (2, active, proj)
         outputs.append(hidden)
 
     # Rows that ended later sit earlier in the batch: put the ended pieces back in row order.
@@ -192,9 +202,26 @@ def _pick_rows(table, index):
     return table.reshape(2 * rows, -1).index_select(0, (index + offsets).flatten()).view(2, index.shape[1], -1)
 
 
-def _gates(layer, step_gate_input, hidden, prepacked):
+def _products_kind(layer, gate_input, rows, weight_quantization):
+    """How a layer's per-step products run: "int8" (when asked for), "onednn" (prepacked float32 weights, from 2 rows
+    up where the CPU has them: `_prepacked_products_apply`) or "plain" (`baddbmm` / `bmm`)."""
+    if weight_quantization == "int8":
+        return "int8"
+    return "onednn" if rows > 1 and _prepacked_products_apply(layer, gate_input) else "plain"
+
+
+def _gates(layer, step_gate_input, hidden, products):
     """`step_gate_input + hidden @ recurrent_weight`, both directions: `(2, active, 4 * lstm_dim)`."""
-    if not prepacked or hidden.shape[1] == 1:
+    if products == "int8":
+        return torch.stack(
+            [
+                torch.ops.quantized.linear_dynamic(hidden[direction], weight, _int8_reduce_range()).add_(
+                    step_gate_input[direction]
+                )
+                for direction, weight in enumerate(_weight_copy(layer, "recurrent_weight", "int8"))
+            ]
+        )
+    if products == "plain" or hidden.shape[1] == 1:
         # One row: a matrix-vector product, memory-bound; the plain product streams the weight fastest.
         # (The tail of a sorted batch, where only its longest sentence still runs.)
         return torch.baddbmm(step_gate_input, hidden, layer.recurrent_weight)
@@ -207,9 +234,16 @@ def _gates(layer, step_gate_input, hidden, prepacked):
     )  # (2, active, 4 * lstm_dim)
 
 
-def _project(layer, memory, prepacked):
+def _project(layer, memory, products):
     """`memory @ projection_weight`, both directions: `(2, active, lstm_dim)` -> `(2, active, projection_dim)`."""
-    if prepacked:
+    if products == "int8":
+        return torch.stack(
+            [
+                torch.ops.quantized.linear_dynamic(memory[direction], weight, _int8_reduce_range())
+                for direction, weight in enumerate(_weight_copy(layer, "projection_weight", "int8"))
+            ]
+        )
+    if products == "onednn":
         linear = torch.ops.mkldnn._linear_pointwise
         return torch.stack(
             [
@@ -266,7 +300,8 @@ def onednn_products_available():
 def _weight_copy(layer, name, layout):
     r"""
     A copy of the weight `name` (`(2, in, out)`) of `layer` laid out for the per-step products: `"onednn"`, oneDNN's
-    prepacked layout, one tensor per direction; `"transposed"`, `(2, out, in)`.
+    prepacked layout, one tensor per direction; `"int8"`, one packed int8 weight per direction
+    (`_int8_linear_weight`); `"transposed"`, `(2, out, in)`.
 
     Made on first use and cached until the weight changes in place (its version counter moves: optimizers,
     `load_state_dict`, edits under `torch.no_grad()`) or is replaced. An edit through `weight.data` moves no version
@@ -281,12 +316,50 @@ def _weight_copy(layer, name, layout):
             copy = tuple(
                 torch.ops.mkldnn._reorder_linear_weight(direction.t().contiguous(), 32) for direction in weight.detach()
             )
+        elif layout == "int8":
+            copy = tuple(_int8_linear_weight(direction.t()) for direction in weight.detach().float())
         elif layout == "transposed":
             copy = weight.detach().transpose(1, 2).contiguous()  # (2, out, in)
         else:
-            raise ValueError(f"weight layout {layout!r}: expected 'onednn' or 'transposed'")
+            raise ValueError(f"weight layout {layout!r}: expected 'onednn', 'int8' or 'transposed'")
         cache[name, layout] = (version, copy)
     return cache[name, layout][1]
+
+
+def _int8_linear_weight(weight):
+    r"""
+    `weight` `(out, in)` as int8 with one scale per output row (symmetric: `weight ~ scale * int8`, the largest
+    magnitude of each row at 127), packed for `torch.ops.quantized.linear_dynamic`. That operator quantizes its input
+    to uint8 on the fly (one scale per call; 7 bits where the CPU needs it: `_int8_reduce_range`), multiplies in
+    integers and returns float32.
+    """
+    scales = (weight.abs().amax(dim=1) / 127).clamp_min(1e-12).double()  # (out,)
+    zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():  # PyTorch announces that quantized tensors will move to torchao
+        warnings.simplefilter("ignore", UserWarning)
+        quantized = torch.quantize_per_channel(weight.contiguous(), scales, zero_points, axis=0, dtype=torch.qint8)
+    return torch.ops.quantized.linear_prepack(quantized, None)
+
+
+@functools.cache
+def _int8_reduce_range():
+    """Whether int8 products quantize their inputs to 7 bits instead of 8: needed where the CPU multiplies uint8 by
+    int8 with 16-bit intermediate sums (AVX2 / AVX-512 without VNNI), which saturate at full range. With VNNI (AVX-512
+    VNNI or AVX-VNNI, on Intel and AMD CPUs alike) 8 bits are safe and halve the deviation from float32. Read from
+    /proc/cpuinfo; 7 bits where that cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    except OSError:
+        return True
+    return not ({"avx512_vnni", "avx_vnni"} & set(flags))
+
+
+@functools.cache
+def int8_products_available():
+    """Whether this PyTorch has a CPU engine for int8 products (`x86` or `fbgemm`: CPUs with AVX2 or newer)."""
+    engines = torch.backends.quantized.supported_engines
+    return "x86" in engines or "fbgemm" in engines
 
 
 # Copies of weights for the per-step products, by layer (a weak reference: the entry goes with the layer). Kept out of

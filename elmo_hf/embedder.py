@@ -97,12 +97,17 @@ class ElmoEmbedder:
         device (str or `torch.device`, optional): where the model runs; where it already is when None.
         dtype (`torch.dtype`, optional): the dtype it computes in; its current dtype when None. The returned arrays
             are float32 whatever the compute dtype.
+        quantize (str, optional): "int8" runs the LSTM's per-step products with int8 weights (CPU, float32 model:
+            `ElmoModel.quantize_lstm`), faster for one sentence at a time; vectors then deviate slightly from
+            float32 and depend slightly on their batch-mates (`docs/speed.md`).
     """
 
-    def __init__(self, model, tokenizer=None, device=None, dtype=None):
+    def __init__(self, model, tokenizer=None, device=None, dtype=None, quantize=None):
         if not isinstance(model, ElmoModel):
             raise ValueError(f"model must be an ElmoModel, got {type(model).__name__}")
         self.model = model.to(device=device, dtype=dtype).eval()
+        if quantize is not None:
+            self.model.quantize_lstm(quantize)
         if tokenizer is None:
             if model.config.char_vocabulary == "lexicon":
                 raise ValueError("the model reads a character lexicon: pass its ElmoTokenizer (from_pretrained)")
@@ -111,7 +116,7 @@ class ElmoEmbedder:
         self.token_cache = None
 
     @classmethod
-    def from_pretrained(cls, name_or_path=None, device=None, dtype=None):
+    def from_pretrained(cls, name_or_path=None, device=None, dtype=None, quantize=None):
         """An embedder for a checkpoint folder or Hub name (default: the shipped `elmo_hf.DEFAULT_MODEL`); the
         tokenizer follows the checkpoint's config."""
         from . import DEFAULT_MODEL
@@ -120,7 +125,7 @@ class ElmoEmbedder:
         # A character lexicon (a model converted from ELMoForManyLangs) is the checkpoint's own tokenizer files.
         lexicon = model.config.char_vocabulary == "lexicon"
         tokenizer = ElmoTokenizer.from_pretrained(name_or_path or DEFAULT_MODEL) if lexicon else None
-        return cls(model, tokenizer=tokenizer, device=device, dtype=dtype)
+        return cls(model, tokenizer=tokenizer, device=device, dtype=dtype, quantize=quantize)
 
     @property
     def device(self):
@@ -244,6 +249,7 @@ class ElmoEmbedder:
             "input_lines": line_count,
             "model_sha256": _model_digest(self.model),
             "dtype": str(self.model.dtype),
+            "lstm_weight_quantization": self.model.encoder.weight_quantization,
             "max_characters_per_token": self.tokenizer.max_characters_per_token,
             "tokenize": tokenize,
             "layers": layers,

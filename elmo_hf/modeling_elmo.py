@@ -26,7 +26,13 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .char_ids import char_ids_to_word
 from .configuration_elmo import ElmoConfig
-from .cpu_kernels import cpu_kernels_apply, elmo_forward, gather_words, reverse_words_index
+from .cpu_kernels import (
+    cpu_kernels_apply,
+    elmo_forward,
+    gather_words,
+    int8_products_available,
+    reverse_words_index,
+)
 from .lstm_training_kernel import bilstm_training_forward
 
 
@@ -216,6 +222,8 @@ class ElmoBiLstm(nn.Module):
         self.use_skip_connections = config.use_skip_connections
         self.lstm_dim = config.lstm_dim
         self.projection_dim = config.projection_dim
+        # A run-time choice, not part of the checkpoint: `ElmoModel.quantize_lstm`.
+        self.weight_quantization = None
 
     def forward(self, inputs, mask, lstm_states=None, dropout=0.0, implementation="auto"):
         r"""
@@ -980,6 +988,12 @@ class ElmoModel(ElmoPreTrainedModel):
             if token_cache is None and self.character_encoder.word_embedding is not None:
                 token_cache = self.character_encoder
             token_layer, lstm_layers, final_state = elmo_forward(self, input_ids, mask, lstm_states, token_cache)
+        elif self.encoder.weight_quantization is not None:
+            raise ValueError(
+                f"LSTM weights quantized to {self.encoder.weight_quantization} run only on a CPU, without gradients, "
+                f"dropout or lstm_implementation='reference' (got device {input_ids.device.type}, "
+                f"lstm_implementation={implementation!r}); call quantize_lstm(None) first"
+            )
         else:
             encode_words = self.character_encoder if token_cache is None else token_cache
             # Only the real words are encoded, each distinct one once (frequent words repeat); padding stays 0.
@@ -996,6 +1010,33 @@ class ElmoModel(ElmoPreTrainedModel):
             hidden_states=hidden_states if output_hidden_states else None,
             lstm_states=final_state,
         )
+
+    def quantize_lstm(self, mode="int8"):
+        r"""
+        Run the LSTM's per-step products (recurrent and projection weights, about 90% of the weight bytes streamed
+        per word) with int8 weights, one scale per output row, and inputs quantized on the fly: for one sentence at
+        a time on a CPU, where those products are memory-bound. A run-time choice: the parameters and any saved
+        checkpoint stay float32, and `quantize_lstm(None)` goes back to exact float32. Inference on a CPU only, with
+        a float32 model (`docs/speed.md` gives the speed and the deviation from float32).
+
+        Args:
+            mode (str or None, defaults to "int8"): "int8", or None for float32.
+
+        Returns:
+            the model.
+        """
+        if mode not in (None, "int8"):
+            raise ValueError(f"quantize_lstm mode must be 'int8' or None, got {mode!r}")
+        if mode == "int8":
+            if not int8_products_available():
+                raise ValueError(
+                    "int8 LSTM weights need PyTorch's x86/fbgemm quantized engine, which this CPU or PyTorch build "
+                    f"lacks (engines: {torch.backends.quantized.supported_engines}); run in float32 or bfloat16"
+                )
+            if self.dtype != torch.float32 or self.device.type != "cpu":
+                raise ValueError(f"int8 LSTM weights need a float32 model on a CPU, got {self.dtype} on {self.device}")
+        self.encoder.weight_quantization = mode
+        return self
 
     def word_mask(self, input_ids, attention_mask=None):
         """The `(batch, words)` bool mask of real words, after checking the inputs' shapes, values and padding side."""
