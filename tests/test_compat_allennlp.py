@@ -7,6 +7,7 @@ tests here load through the same options.json + hdf5 pair.
 
 import json
 import logging
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -341,3 +342,30 @@ def test_command_flag_errors_are_one_line(tmp_path, text_file, capsys, flags, me
     assert exit_status.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith(f"error: {message}")
+
+
+def test_urls_are_downloaded_and_no_files_mean_the_published_original(
+    pair, reference, sentences, monkeypatch, loopback_only
+):
+    from test_published import FileServer
+
+    from elmo_hf.published import BASE_URL_VARIABLE, default_download_dir, published_model
+
+    options, weights = (open(path, "rb").read() for path in pair)
+    original = published_model("original")
+    files = {
+        f"/elmo/{original.options_path}": options,
+        f"/elmo/{original.weights_path}": weights,
+        "/elmo/mine/options.json": options,
+        "/elmo/mine/weights.hdf5": weights,
+    }
+    with FileServer(files) as server:
+        monkeypatch.setenv(BASE_URL_VARIABLE, server.url)
+        default = ElmoEmbedder()  # allennlp 0.9's default: the published "original" model
+        elmo = Elmo(f"{server.url}/mine/options.json", f"{server.url}/mine/weights.hdf5", 1).eval()
+        Elmo(f"{server.url}/mine/options.json", f"{server.url}/mine/weights.hdf5", 1)  # downloaded only once
+    assert sorted(path for path, _, _ in server.requests) == sorted(files)
+    # Kept where `elmo-hf convert --published original` keeps it.
+    assert (Path(default_download_dir()) / "original" / original.weights_path.rsplit("/", 1)[-1]).is_file()
+    assert np.allclose(default.embed_sentence(sentences[0]), reference["embedder_stateless/0"], atol=ATOL)
+    assert_matches(elmo(batch_to_ids(sentences[:4])), reference, "elmo/one")
