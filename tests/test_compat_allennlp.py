@@ -369,3 +369,15 @@ def test_urls_are_downloaded_and_no_files_mean_the_published_original(
     assert (Path(default_download_dir()) / "original" / original.weights_path.rsplit("/", 1)[-1]).is_file()
     assert np.allclose(default.embed_sentence(sentences[0]), reference["embedder_stateless/0"], atol=ATOL)
     assert_matches(elmo(batch_to_ids(sentences[:4])), reference, "elmo/one")
+
+
+def test_fixed_scalar_mix_parameters_are_not_trained(pair):
+    fixed = Elmo(*pair, num_output_representations=2, scalar_mix_parameters=[0.3, -0.5, 1.2])
+    learned = Elmo(*pair, num_output_representations=2)
+    assert [name for name, parameter in fixed.named_parameters() if parameter.requires_grad] == []
+    assert sorted(name for name, parameter in learned.named_parameters() if parameter.requires_grad) == [
+        "scalar_mix_0.gamma",
+        "scalar_mix_0.weights",
+        "scalar_mix_1.gamma",
+        "scalar_mix_1.weights",
+    ]
