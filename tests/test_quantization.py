@@ -102,3 +102,22 @@ def test_command_reports_int8_with_another_dtype_in_one_line(tmp_path, capsys):
     assert error.strip().splitlines()[-1] == (
         "error: --quantize int8: int8 LSTM weights need a float32 model on a CPU, got torch.bfloat16 on cpu"
     )
+
+
+def test_bfloat16_layers_stay_close_to_float32(monkeypatch):
+    """bfloat16 (`--dtype bfloat16`), with the products prepacked for oneDNN where it computes in bfloat16 and
+    through `baddbmm` elsewhere: within its documented bound of float32 either way, and the two ways agree."""
+    import elmo_hf.cpu_kernels
+
+    model = ElmoModel.from_pretrained(DEFAULT_MODEL).eval()
+    exact = layers(model)
+    model.to(torch.bfloat16)
+    runs = {"as on this CPU": layers(model)}
+    monkeypatch.setattr(elmo_hf.cpu_kernels, "_onednn_bfloat16_available", lambda: False)
+    runs["plain products"] = layers(model)
+    for name, run in runs.items():
+        for index, (expected, actual) in enumerate(zip(exact, run)):
+            cosine = torch.nn.functional.cosine_similarity(expected, actual.float(), dim=-1)
+            assert cosine.min() > 0.9995, f"{name}, layer {index}: cosine per word down to {cosine.min():.6f}"
+    for first, second in zip(*runs.values()):
+        assert torch.nn.functional.cosine_similarity(first.float(), second.float(), dim=-1).min() > 0.9995
