@@ -24,7 +24,6 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from . import modeling_elmo  # the LSTM step's definition (imported as a module: it imports this one)
 from .packed_steps import PackedSteps
 
 
@@ -138,8 +137,8 @@ class _PackedLstmRecurrence(torch.autograd.Function):
     projection_dim)` in `steps.order`, the `PackedSteps`, the clips, and whether the initial state is all zeros.
 
     Outputs: the hidden state after each packed position `(2, valid, projection_dim)` (the layer's output, clipped),
-    the cell state `(2, valid, lstm_dim)` (clipped), and `gate_inputs` itself, overwritten by the gate pre-activations
-    `x W + b + h U` (marked dirty and non-differentiable: no other node may read it).
+    the cell state `(2, valid, lstm_dim)` (clipped), and `gate_inputs` itself, overwritten by the gate activations
+    (marked dirty and non-differentiable: no other node may read it).
     """
 
     @staticmethod
@@ -157,84 +156,97 @@ class _PackedLstmRecurrence(torch.autograd.Function):
     ):
         _, valid, four_lstm_dim = gate_inputs.shape
         lstm_dim = four_lstm_dim // 4
-        # Kept for the backward: the gate pre-activations, written over the gate inputs step by step (no other node
-        # needs them); the clipped cells; the memories; the projection before and after its clip (the output).
-        pre_activations = gate_inputs
+        # Each step is `modeling_elmo.lstm_cell_step` (the one definition of the cell), fused in place: written as a
+        # call to it, allocating its results at every step, the forward ran 8% slower and the whole recurrence 6%
+        # (AMD EPYC, shipped size, batch 64), and its activations would have to be recomputed for the backward.
+        # tests/test_lstm_training_kernel.py holds this forward and its backward to autograd through that function.
+        # Kept for the backward: the gate activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) side by side,
+        # written over the gate inputs (no other node needs them); the cell before and after its clip; the projection
+        # before and after its clip (the output).
+        activations = gate_inputs
         cells = initial_cell.new_empty(2, valid, lstm_dim)
-        memories = _POOL.take((2, valid, lstm_dim), cells)  # o * tanh(c), the projection's input
+        unclipped_cells = cells if cell_clip is None else _POOL.take((2, valid, lstm_dim), cells)
+        cell_tanhs = _POOL.take(cells.shape, cells)  # tanh(clipped cell), for the backward
         outputs = initial_hidden.new_empty(2, valid, initial_hidden.shape[-1])
         projected = outputs if proj_clip is None else _POOL.take(outputs.shape, outputs)
         cell, hidden, start = initial_cell, initial_hidden, 0
+        memory_buffer = cells.new_empty(2, initial_cell.shape[1], lstm_dim)  # reused by every step
+        # tanh(x) = 2 sigmoid(2 x) - 1 throughout: PyTorch's CPU tanh ran 5.5x slower than its sigmoid (AMD EPYC,
+        # AVX-512, torch 2.13). With the candidate's pre-activation doubled (its share of the gate inputs here, of U
+        # in a copy), one sigmoid covers the four gates.
+        candidate = slice(2 * lstm_dim, 3 * lstm_dim)
+        activations[..., candidate] *= 2
+        doubled_recurrent_weight = recurrent_weight.clone()
+        doubled_recurrent_weight[..., candidate] *= 2
         for active in steps.batch_sizes:
             rows = slice(start, start + active)
-            gates = pre_activations[:, rows]  # (2, active, 4 * lstm_dim)
+            gates = activations[:, rows]  # (2, active, 4 * lstm_dim)
             if start or not zero_state:  # (from a zero state, hidden @ U is exactly 0)
-                gates.baddbmm_(hidden[:, :active], recurrent_weight)
-            new_cell, memory = modeling_elmo.lstm_cell_step(gates, cell[:, :active], cell_clip)
-            cells[:, rows] = new_cell
-            memories[:, rows] = memory
+                gates.baddbmm_(hidden[:, :active], doubled_recurrent_weight)
+            gates.sigmoid_()  # input, forget and output gates
+            gates[..., candidate].mul_(2).sub_(1)  # cell candidate: tanh
+            input_act, forget_act, candidate_act, output_act = gates.chunk(4, dim=-1)
+            new_cell = torch.mul(forget_act, cell[:, :active], out=unclipped_cells[:, rows])
+            new_cell.addcmul_(input_act, candidate_act)  # (2, active, lstm_dim)
+            if cell_clip is not None:
+                new_cell = torch.clamp(new_cell, -cell_clip, cell_clip, out=cells[:, rows])
+            cell_tanh = torch.mul(new_cell, 2.0, out=cell_tanhs[:, rows]).sigmoid_().mul_(2).sub_(1)  # tanh, as above
+            memory = torch.mul(output_act, cell_tanh, out=memory_buffer[:, :active])  # (2, active, lstm_dim)
             new_hidden = torch.bmm(memory, projection_weight, out=projected[:, rows])  # (2, active, projection_dim)
             if proj_clip is not None:
                 new_hidden = torch.clamp(new_hidden, -proj_clip, proj_clip, out=outputs[:, rows])
             # The next step's rows are a prefix of these: it reads its state from here.
             cell, hidden, start = new_cell, new_hidden, start + active
         ctx.steps, ctx.clips = steps, (cell_clip, proj_clip)
-        ctx.lease = _Lease(memories, None if proj_clip is None else projected)
+        ctx.lease = _Lease(
+            cell_tanhs, None if cell_clip is None else unclipped_cells, None if proj_clip is None else projected
+        )
         ctx.set_materialize_grads(False)
         ctx.mark_dirty(gate_inputs)
-        ctx.mark_non_differentiable(pre_activations)
+        ctx.mark_non_differentiable(activations)
         ctx.save_for_backward(
             recurrent_weight,
             projection_weight,
-            pre_activations,
+            activations,
+            unclipped_cells,
             cells,
-            memories,
+            cell_tanhs,
             projected,
             outputs,
             initial_cell,
             initial_hidden,
         )
-        return outputs, cells, pre_activations
+        return outputs, cells, activations
 
     @staticmethod
     def backward(ctx, outputs_grad, cells_grad, _):
         (
             recurrent_weight,
             projection_weight,
-            pre_activations,
+            activations,
+            unclipped_cells,
             cells,
-            memories,
+            cell_tanh,
             projected,
             outputs,
             initial_cell,
             initial_hidden,
         ) = ctx.saved_tensors
         steps, (cell_clip, proj_clip) = ctx.steps, ctx.clips
-        _, valid, four_lstm_dim = pre_activations.shape
+        _, valid, four_lstm_dim = activations.shape
         lstm_dim = four_lstm_dim // 4
-        # The gate activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) from the pre-activations the forward kept,
-        # for all steps at once. tanh(x) = 2 sigmoid(2 x) - 1 throughout: PyTorch's CPU tanh ran 5.5x slower than its
-        # sigmoid (AMD EPYC, AVX-512, torch 2.13).
-        activations = torch.sigmoid(pre_activations, out=_POOL.take(pre_activations.shape, pre_activations))
-        candidate = slice(2 * lstm_dim, 3 * lstm_dim)
-        torch.mul(pre_activations[..., candidate], 2.0, out=activations[..., candidate]).sigmoid_().mul_(2).sub_(1)
         input_act, forget_act, candidate_act, output_act = activations.chunk(4, dim=-1)  # each (2, valid, lstm_dim)
         cell_shape = cells.shape  # (2, valid, lstm_dim)
-        cell_tanh = torch.mul(cells, 2.0, out=_POOL.take(cell_shape, cells)).sigmoid_().mul_(2).sub_(1)
         previous_cells = torch.index_select(
             torch.cat([cells, initial_cell], dim=1), 1, steps.previous_index, out=_POOL.take(cell_shape, cells)
         )
-        if cell_clip is None:
-            cell_mask = None
-        else:  # the cell before its clip, recomputed
-            unclipped_cells = torch.mul(forget_act, previous_cells, out=_POOL.take(cell_shape, cells))
-            cell_mask = _inside_clip(unclipped_cells.addcmul_(input_act, candidate_act), cell_clip)
-            _POOL.give_back(unclipped_cells)
 
         # Every factor that does not depend on the gradient carried back from later steps, for all steps at once, in
         # as few passes over memory as the products allow (each pass over these tensors costs more than a step).
         # The clips pass the gradient inside and on their bounds (torch.clamp's rule).
         hidden_mask = None if proj_clip is None else _inside_clip(projected, proj_clip)
+        cell_mask = None if cell_clip is None else _inside_clip(unclipped_cells, cell_clip)
+        memories = torch.mul(output_act, cell_tanh, out=_POOL.take(cell_shape, cells))  # the projection's input
         # d memory / d cell = o (1 - tanh(c)^2) = o - memory tanh(c)
         memory_to_cell = torch.addcmul(output_act, memories, cell_tanh, value=-1, out=_POOL.take(cell_shape, cells))
         # d(new cell) / d(pre-activation) of i, f, g and d memory / d(pre-activation) of o, side by side:
@@ -293,14 +305,7 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         recurrent_weight_grad = torch.bmm(previous_hiddens.transpose(1, 2), gate_grads)
         projection_weight_grad = torch.bmm(memories.transpose(1, 2), projected_grads)
         _POOL.give_back(
-            activations,
-            previous_cells,
-            cell_tanh,
-            memory_to_cell,
-            projected_grads,
-            previous_hiddens,
-            hidden_mask,
-            cell_mask,
+            previous_cells, memories, memory_to_cell, projected_grads, previous_hiddens, hidden_mask, cell_mask
         )
         return (
             gate_grads,
