@@ -119,9 +119,9 @@ class ElmoCharacterEncoder(nn.Module):
 
 def lstm_cell_step(gates, cell, cell_clip: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     r"""
-    The LSTM cell's step, the one definition every path runs (this file's `ElmoBiLstmLayer`, `cpu_kernels.py`'s
-    packed steps, and the training kernel's forward, whose hand-written backward is checked against autograd through
-    this function):
+    The LSTM cell's step, its one definition: this file's `ElmoBiLstmLayer` and `cpu_kernels.py`'s packed steps run
+    it; the training kernel (`lstm_training_kernel.py`) runs it fused in place, and its forward and hand-written
+    backward are checked against autograd through this function:
 
         c_t = clip(sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g), cell_clip),    m_t = sigmoid(o) * tanh(c_t)
 
