@@ -113,10 +113,11 @@ def bilstm_forward(encoder, word_embeddings, word_index, lengths, lstm_states=No
         if index == 0:
             # The first layer's input depends on the word alone: its gate inputs are computed once per distinct
             # word, then picked for every position.
-            gate_table = layer.input_gates(word_embeddings.expand(2, -1, -1))  # (2, distinct words, 4 * lstm_dim)
+            gate_table = _input_gates(layer, word_embeddings.expand(2, -1, -1), encoder.weight_quantization)
             step_gate_inputs = (_pick_rows(gate_table, rows) for rows in packed_words.split(steps.batch_sizes, dim=1))
         else:
-            step_gate_inputs = layer.input_gates(layer_input).split(steps.batch_sizes, dim=1)  # (2, active, 4 lstm)
+            gate_inputs = _input_gates(layer, layer_input, encoder.weight_quantization)  # (2, valid, 4 * lstm_dim)
+            step_gate_inputs = gate_inputs.split(steps.batch_sizes, dim=1)  # (2, active, 4 * lstm_dim) per step
         initial_state = (cells[index][:, steps.order], hiddens[index][:, steps.order])
         output, (cell, hidden) = packed_layer_forward(
             layer,
@@ -200,6 +201,22 @@ def _pick_rows(table, index):
     rows = table.shape[1]
     offsets = torch.arange(2, device=index.device).unsqueeze(1) * rows  # (2, 1): direction 1 reads the second half
     return table.reshape(2 * rows, -1).index_select(0, (index + offsets).flatten()).view(2, index.shape[1], -1)
+
+
+def _input_gates(layer, inputs, weight_quantization):
+    """`layer.input_gates(inputs)`, `(2, n, input_dim)` -> `(2, n, 4 * lstm_dim)`; with int8 weights under "int8"
+    (the input weight is streamed once per batch, as many bytes as the recurrent one: at one sentence it is the
+    largest product after the per-step ones)."""
+    if weight_quantization != "int8":
+        return layer.input_gates(inputs)
+    return torch.stack(
+        [
+            torch.ops.quantized.linear_dynamic(inputs[direction], weight, _int8_reduce_range()).add_(
+                layer.bias[direction]
+            )
+            for direction, weight in enumerate(_weight_copy(layer, "input_weight", "int8"))
+        ]
+    )
 
 
 def _products_kind(layer, gate_input, rows, weight_quantization):

@@ -56,7 +56,7 @@ def test_int8_follows_weights_changed_in_place():
     after = layers(model)
     assert torch.equal(after[1], before[1]) and not torch.equal(after[2], before[2])
     expected = layers(model.quantize_lstm(None))[2]
-    assert torch.nn.functional.cosine_similarity(expected, after[2], dim=-1).min() > 0.995
+    assert torch.nn.functional.cosine_similarity(expected, after[2], dim=-1).min() > 0.99
 
 
 def test_int8_refuses_what_it_cannot_run():
