@@ -154,7 +154,7 @@ def packed_layer_forward(
         cell (`(2, batch, lstm_dim)`), hidden (`(2, batch, projection_dim)`): the initial state.
         zero_state (bool): the initial state is all zeros, so the first step has no recurrent term.
         weight_quantization (None or "int8"): "int8" runs the per-step products with int8 copies of `U` and `P`
-            (`ElmoModel.quantize_lstm`).
+            (`ElmoModel.quantize_lstm`; the caller quantizes the input products, `_input_gates`).
 
     Returns:
         outputs `(2, words, projection_dim)` packed step by step, and the state `(cell, hidden)` after each row's

@@ -1013,11 +1013,12 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def quantize_lstm(self, mode="int8"):
         r"""
-        Run the LSTM's per-step products (recurrent and projection weights, about 90% of the weight bytes streamed
-        per word) with int8 weights, one scale per output row, and inputs quantized on the fly: for one sentence at
-        a time on a CPU, where those products are memory-bound. A run-time choice: the parameters and any saved
-        checkpoint stay float32, and `quantize_lstm(None)` goes back to exact float32. Inference on a CPU only, with
-        a float32 model (`docs/speed.md` gives the speed and the deviation from float32).
+        Run the LSTM's products (the per-step recurrent and projection ones, about 90% of the weight bytes streamed
+        per word, and the input ones) with int8 weights, one scale per output row, and inputs quantized on the fly:
+        for one sentence at a time on a CPU, where those products are memory-bound. A run-time choice: the
+        parameters and any saved checkpoint stay float32, and `quantize_lstm(None)` goes back to exact float32.
+        Inference on a CPU only, with a float32 model (`docs/speed.md` gives the speed and the deviation from
+        float32).
 
         Args:
             mode (str or None, defaults to "int8"): "int8", or None for float32.
