@@ -5,7 +5,7 @@
     python benchmarks/benchmark_precision.py --size shipped           # elmo_hf.DEFAULT_MODEL
 
 The modes: `fp32` (the exact default), `bf16` (`model.to(torch.bfloat16)`, `elmo-hf embed --dtype bfloat16`) and
-`int8` (`model.quantize_lstm("int8")`, `elmo-hf embed --quantize int8`). Each round times, for every mode in turn,
+`int8` (`model.quantize_weights("int8")`, `elmo-hf embed --quantize int8`). Each round times, for every mode in turn,
 the shared harness's single sentences (the first 50 of the workload, one call each) and its length-sorted batches of
 32; the best round per mode is kept, so the modes share the machine's drift. The memory roof (words/s at batch 1 if
 the LSTM's per-step weights streamed at this machine's measured bandwidth, `roofline.memory_roof`) is printed for
@@ -36,7 +36,7 @@ def load_models(size, work_dir, peer_dir):
         _, path = prepare(work_dir, peer_dir, size)
     models = {mode: ElmoModel.from_pretrained(path).eval() for mode in MODES}
     models["bf16"].to(torch.bfloat16)
-    models["int8"].quantize_lstm("int8")
+    models["int8"].quantize_weights("int8")
     config = models["fp32"].config
     lstm = {"projection_dim": config.projection_dim, "dim": config.lstm_dim, "n_layers": config.num_lstm_layers}
     options = {"lstm": lstm}

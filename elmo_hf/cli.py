@@ -120,7 +120,7 @@ def build_parser():
     model.add_argument(
         "--quantize",
         choices=["int8"],
-        help="int8 LSTM weights (CPU, float32): faster one sentence at a time, close to float32 (docs/speed.md)",
+        help="int8 weights for the LSTM and highways (CPU, float32): faster, close to float32 (docs/speed.md)",
     )
     vectors = embed.add_argument_group("what to write")
     vectors.add_argument(
@@ -393,7 +393,7 @@ def _embed(args, device):
         raise unloadable_model_error(args.model, error) from None
     if args.quantize is not None:
         try:
-            embedder.model.quantize_lstm(args.quantize)
+            embedder.model.quantize_weights(args.quantize)
         except ValueError as error:
             raise UserInputError(f"--quantize {args.quantize}: {error}") from None
     if args.token_cache:

@@ -65,24 +65,35 @@ def elmo_forward(model, input_ids, mask, lstm_states=None, token_cache=None):
     if token_cache is not None:
         word_embeddings = token_cache(distinct_words)  # (distinct words, projection_dim)
     else:
-        word_embeddings = encode_words_in_pieces(model.character_encoder, distinct_words)
+        word_embeddings = encode_words_in_pieces(
+            model.character_encoder, distinct_words, model.encoder.weight_quantization
+        )
     word_index = torch.zeros_like(mask, dtype=torch.long).masked_scatter(mask, distinct_index)  # (batch, words)
     token_layer = word_embeddings[word_index].masked_fill(~mask.unsqueeze(-1), 0.0)  # (batch, words, proj)
     lstm_layers, final_state = bilstm_forward(model.encoder, word_embeddings, word_index, mask.sum(dim=1), lstm_states)
     return token_layer, lstm_layers, final_state
 
 
-def encode_words_in_pieces(character_encoder, char_ids):
+def encode_words_in_pieces(character_encoder, char_ids, weight_quantization=None):
     """`character_encoder(char_ids)`, `(words, chars)` -> `(words, projection_dim)`, with the CNN run on a few words at
     a time: the responses of its largest bank (filters x positions) stay near the size of a CPU cache (2x faster than
-    one product over all words, whose responses reach ~100 MB: RESULTS.md)."""
+    one product over all words, whose responses reach ~100 MB: RESULTS.md). Under "int8" the highways' products use
+    int8 weights."""
     chars = character_encoder.embed(char_ids)  # (words, chars, char_dim)
     convolutions = character_encoder.convolutions
     positions = [chars.shape[1] - conv.kernel_size[0] + 1 for conv in convolutions]
     largest_responses = max(conv.out_channels * count for conv, count in zip(convolutions, positions))
     words_per_piece = max(1, CNN_RESPONSE_BYTES // (largest_responses * chars.element_size()))
     token = torch.cat([character_encoder.convolve(piece) for piece in chars.split(words_per_piece)])  # (words, filters)
-    return character_encoder.highway_and_project(token)  # (words, projection_dim)
+    product = _int8_product if weight_quantization == "int8" else None
+    return character_encoder.highway_and_project(token, product=product)  # (words, projection_dim)
+
+
+def _int8_product(linear, inputs):
+    """`linear(inputs)` (an `nn.Linear`, bias included) with an int8 copy of its weight."""
+    return torch.ops.quantized.linear_dynamic(
+        inputs, _weight_copy(linear, "weight", "int8 linear"), _int8_reduce_range()
+    )
 
 
 def bilstm_forward(encoder, word_embeddings, word_index, lengths, lstm_states=None):
@@ -154,7 +165,7 @@ def packed_layer_forward(
         cell (`(2, batch, lstm_dim)`), hidden (`(2, batch, projection_dim)`): the initial state.
         zero_state (bool): the initial state is all zeros, so the first step has no recurrent term.
         weight_quantization (None or "int8"): "int8" runs the per-step products with int8 copies of `U` and `P`
-            (`ElmoModel.quantize_lstm`; the caller quantizes the input products, `_input_gates`).
+            (`ElmoModel.quantize_weights`; the caller quantizes the input products, `_input_gates`).
 
     Returns:
         outputs `(2, words, projection_dim)` packed step by step, and the state `(cell, hidden)` after each row's
@@ -349,6 +360,8 @@ def _weight_copy(layer, name, layout):
             copy = tuple(
                 torch.ops.mkldnn._reorder_linear_weight(direction.t().contiguous(), 32) for direction in weight.detach()
             )
+        elif layout == "int8 linear":  # an nn.Linear's (out, in) weight and its bias
+            copy = _int8_linear_weight(weight.detach().float(), getattr(layer, "bias", None))
         elif layout == "int8":
             copy = tuple(_int8_linear_weight(direction.t()) for direction in weight.detach().float())
         elif layout == "transposed":
@@ -359,7 +372,7 @@ def _weight_copy(layer, name, layout):
     return cache[name, layout][1]
 
 
-def _int8_linear_weight(weight):
+def _int8_linear_weight(weight, bias=None):
     r"""
     `weight` `(out, in)` as int8 with one scale per output row (symmetric: `weight ~ scale * int8`, the largest
     magnitude of each row at 127), packed for `torch.ops.quantized.linear_dynamic`. That operator quantizes its input
@@ -371,7 +384,7 @@ def _int8_linear_weight(weight):
     with warnings.catch_warnings():  # PyTorch announces that quantized tensors will move to torchao
         warnings.simplefilter("ignore", UserWarning)
         quantized = torch.quantize_per_channel(weight.contiguous(), scales, zero_points, axis=0, dtype=torch.qint8)
-    return torch.ops.quantized.linear_prepack(quantized, None)
+    return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float())
 
 
 @functools.cache

@@ -98,7 +98,7 @@ class ElmoEmbedder:
         dtype (`torch.dtype`, optional): the dtype it computes in; its current dtype when None. The returned arrays
             are float32 whatever the compute dtype.
         quantize (str, optional): "int8" runs the LSTM's per-step products with int8 weights (CPU, float32 model:
-            `ElmoModel.quantize_lstm`), faster for one sentence at a time; vectors then deviate slightly from
+            `ElmoModel.quantize_weights`), faster for one sentence at a time; vectors then deviate slightly from
             float32 and depend slightly on their batch-mates (`docs/speed.md`).
     """
 
@@ -107,7 +107,7 @@ class ElmoEmbedder:
             raise ValueError(f"model must be an ElmoModel, got {type(model).__name__}")
         self.model = model.to(device=device, dtype=dtype).eval()
         if quantize is not None:
-            self.model.quantize_lstm(quantize)
+            self.model.quantize_weights(quantize)
         if tokenizer is None:
             if model.config.char_vocabulary == "lexicon":
                 raise ValueError("the model reads a character lexicon: pass its ElmoTokenizer (from_pretrained)")

@@ -44,9 +44,12 @@ class ElmoHighway(nn.Module):
         self.transform = nn.Linear(dim, dim)
         self.gate = nn.Linear(dim, dim)
 
-    def forward(self, x):
-        gate = torch.sigmoid(self.gate(x))
-        return gate * F.relu(self.transform(x)) + (1 - gate) * x
+    def forward(self, x, product=None):
+        """x `(words, dim)` -> `(words, dim)`. `product(linear, x)`, when given, computes `linear(x)` another way (the
+        CPU kernels' int8 weights)."""
+        gate = torch.sigmoid(self.gate(x) if product is None else product(self.gate, x))
+        transformed = self.transform(x) if product is None else product(self.transform, x)
+        return gate * F.relu(transformed) + (1 - gate) * x
 
 
 class ElmoCharacterEncoder(nn.Module):
@@ -107,11 +110,11 @@ class ElmoCharacterEncoder(nn.Module):
             features.append(self.activation(responses.amax(dim=1) + conv.bias))
         return torch.cat(features, dim=-1)
 
-    def highway_and_project(self, token, word_ids=None):
+    def highway_and_project(self, token, word_ids=None, product=None):
         """token (words, num_filters) -> (words, projection_dim): the highway layers, the word embedding of `word_ids`
-        (words,) appended when the model has one, then the projection."""
+        (words,) appended when the model has one, then the projection. `product`: as for `ElmoHighway.forward`."""
         for highway in self.highways:
-            token = highway(token)
+            token = highway(token, product)
         if self.word_embedding is not None:
             token = torch.cat([token, self.word_embedding(word_ids)], dim=-1)  # (words, num_filters + word_dim)
         return self.projection(token) if self.projection is not None else token
@@ -222,7 +225,7 @@ class ElmoBiLstm(nn.Module):
         self.use_skip_connections = config.use_skip_connections
         self.lstm_dim = config.lstm_dim
         self.projection_dim = config.projection_dim
-        # A run-time choice, not part of the checkpoint: `ElmoModel.quantize_lstm`.
+        # A run-time choice, not part of the checkpoint: `ElmoModel.quantize_weights`.
         self.weight_quantization = None
 
     def forward(self, inputs, mask, lstm_states=None, dropout=0.0, implementation="auto"):
@@ -990,9 +993,9 @@ class ElmoModel(ElmoPreTrainedModel):
             token_layer, lstm_layers, final_state = elmo_forward(self, input_ids, mask, lstm_states, token_cache)
         elif self.encoder.weight_quantization is not None:
             raise ValueError(
-                f"LSTM weights quantized to {self.encoder.weight_quantization} run only on a CPU, without gradients, "
+                f"weights quantized to {self.encoder.weight_quantization} run only on a CPU, without gradients, "
                 f"dropout or lstm_implementation='reference' (got device {input_ids.device.type}, "
-                f"lstm_implementation={implementation!r}); call quantize_lstm(None) first"
+                f"lstm_implementation={implementation!r}); call quantize_weights(None) first"
             )
         else:
             encode_words = self.character_encoder if token_cache is None else token_cache
@@ -1011,12 +1014,13 @@ class ElmoModel(ElmoPreTrainedModel):
             lstm_states=final_state,
         )
 
-    def quantize_lstm(self, mode="int8"):
+    def quantize_weights(self, mode="int8"):
         r"""
-        Run the LSTM's products (the per-step recurrent and projection ones, about 90% of the weight bytes streamed
-        per word, and the input ones) with int8 weights, one scale per output row, and inputs quantized on the fly:
-        for one sentence at a time on a CPU, where those products are memory-bound. A run-time choice: the
-        parameters and any saved checkpoint stay float32, and `quantize_lstm(None)` goes back to exact float32.
+        Run the large products with int8 weights, one scale per output row, and inputs quantized on the fly: the
+        LSTM's (the per-step recurrent and projection ones, about 90% of the weight bytes streamed per word, and the
+        input ones) and the highways'. For one sentence at a time on a CPU, where those products are memory-bound,
+        and for batches. The character CNN and the token projection stay float32. A run-time choice: the
+        parameters and any saved checkpoint stay float32, and `quantize_weights(None)` goes back to exact float32.
         Inference on a CPU only, with a float32 model (`docs/speed.md` gives the speed and the deviation from
         float32).
 
@@ -1027,15 +1031,15 @@ class ElmoModel(ElmoPreTrainedModel):
             the model.
         """
         if mode not in (None, "int8"):
-            raise ValueError(f"quantize_lstm mode must be 'int8' or None, got {mode!r}")
+            raise ValueError(f"quantize_weights mode must be 'int8' or None, got {mode!r}")
         if mode == "int8":
             if not int8_products_available():
                 raise ValueError(
-                    "int8 LSTM weights need PyTorch's x86/fbgemm quantized engine, which this CPU or PyTorch build "
+                    "int8 weights need PyTorch's x86/fbgemm quantized engine, which this CPU or PyTorch build "
                     f"lacks (engines: {torch.backends.quantized.supported_engines}); run in float32 or bfloat16"
                 )
             if self.dtype != torch.float32 or self.device.type != "cpu":
-                raise ValueError(f"int8 LSTM weights need a float32 model on a CPU, got {self.dtype} on {self.device}")
+                raise ValueError(f"int8 weights need a float32 model on a CPU, got {self.dtype} on {self.device}")
         self.encoder.weight_quantization = mode
         return self
 

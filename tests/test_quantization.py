@@ -1,4 +1,4 @@
-"""int8 LSTM weights (`ElmoModel.quantize_lstm`, `ElmoEmbedder(quantize=)`, `elmo-hf embed --quantize`): close to
+"""int8 weights (`ElmoModel.quantize_weights`, `ElmoEmbedder(quantize=)`, `elmo-hf embed --quantize`): close to
 float32, exact float32 again when switched off, and one-line errors where int8 cannot run."""
 
 import numpy as np
@@ -28,14 +28,13 @@ def test_int8_layers_stay_close_to_float32_and_switching_off_is_exact():
     # A trained model (random tiny ones are chaotic: any rounding grows along the sentence).
     model = ElmoModel.from_pretrained(DEFAULT_MODEL).eval()
     exact = layers(model)
-    quantized = layers(model.quantize_lstm("int8"))
-    assert torch.equal(quantized[0], exact[0])  # the token layer does not use the LSTM
-    for index, (expected, actual) in enumerate(zip(exact[1:], quantized[1:]), start=1):
+    quantized = layers(model.quantize_weights("int8"))
+    for index, (expected, actual) in enumerate(zip(exact, quantized)):  # the token layer's highways run in int8 too
         assert not torch.equal(actual, expected), f"layer {index} did not run in int8"
         cosine = torch.nn.functional.cosine_similarity(expected, actual, dim=-1)
         assert cosine.min() > 0.999, f"layer {index}: cosine per word down to {cosine.min():.5f}"
         assert (expected - actual).abs().mean() < 0.005 * expected.abs().max()
-    back = layers(model.quantize_lstm(None))
+    back = layers(model.quantize_weights(None))
     assert all(torch.equal(a, b) for a, b in zip(back, exact))
 
 
@@ -49,23 +48,23 @@ def test_int8_weight_is_within_half_a_step_of_each_row():
 
 
 def test_int8_follows_weights_changed_in_place():
-    model = ElmoModel.from_pretrained(DEFAULT_MODEL).eval().quantize_lstm("int8")
+    model = ElmoModel.from_pretrained(DEFAULT_MODEL).eval().quantize_weights("int8")
     before = layers(model)
     with torch.no_grad():
         model.encoder.layers[1].recurrent_weight.mul_(-1.0)  # a new version: the int8 copy is made again
     after = layers(model)
     assert torch.equal(after[1], before[1]) and not torch.equal(after[2], before[2])
-    expected = layers(model.quantize_lstm(None))[2]
+    expected = layers(model.quantize_weights(None))[2]
     assert torch.nn.functional.cosine_similarity(expected, after[2], dim=-1).min() > 0.99
 
 
 def test_int8_refuses_what_it_cannot_run():
     model = tiny_model()
-    with pytest.raises(ValueError, match=r"^quantize_lstm mode must be 'int8' or None, got 'int4'$"):
-        model.quantize_lstm("int4")
+    with pytest.raises(ValueError, match=r"^quantize_weights mode must be 'int8' or None, got 'int4'$"):
+        model.quantize_weights("int4")
     with pytest.raises(ValueError, match=r"need a float32 model on a CPU, got torch.bfloat16 on cpu$"):
-        tiny_model().to(torch.bfloat16).quantize_lstm("int8")
-    model.quantize_lstm("int8")
+        tiny_model().to(torch.bfloat16).quantize_weights("int8")
+    model.quantize_weights("int8")
     tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
     batch = tokenizer(SENTENCES[:2], is_split_into_words=True, padding=True, return_tensors="pt")
     model.config.lstm_implementation = "reference"
@@ -100,7 +99,7 @@ def test_command_reports_int8_with_another_dtype_in_one_line(tmp_path, capsys):
     error = capsys.readouterr().err  # (after transformers' progress bar for loading the weights)
     assert "Traceback" not in error
     assert error.strip().splitlines()[-1] == (
-        "error: --quantize int8: int8 LSTM weights need a float32 model on a CPU, got torch.bfloat16 on cpu"
+        "error: --quantize int8: int8 weights need a float32 model on a CPU, got torch.bfloat16 on cpu"
     )
 
 
