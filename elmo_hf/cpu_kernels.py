@@ -353,6 +353,9 @@ def _weight_copy(layer, name, layout):
     """
     weight = getattr(layer, name)
     version = (weight.data_ptr(), weight._version)
+    bias = getattr(layer, "bias", None) if layout == "int8 linear" else None
+    if bias is not None:  # packed with the weight
+        version += (bias.data_ptr(), bias._version)
     cache = _WEIGHT_COPIES.setdefault(layer, {})
     if (name, layout) not in cache or cache[name, layout][0] != version:
         if layout == "onednn":
