@@ -220,14 +220,18 @@ def _input_gates(layer, inputs, weight_quantization):
     largest product after the per-step ones)."""
     if weight_quantization != "int8":
         return layer.input_gates(inputs)
-    return torch.stack(
-        [
-            torch.ops.quantized.linear_dynamic(inputs[direction], weight, _int8_reduce_range()).add_(
-                layer.bias[direction]
-            )
-            for direction, weight in enumerate(_weight_copy(layer, "input_weight", "int8"))
-        ]
-    )
+    return _int8_products(layer, "input_weight", inputs, plus=layer.bias)
+
+
+def _int8_products(layer, name, inputs, plus=None):
+    """`inputs @ weight` for both directions of `layer`'s weight `name` (`(2, in, out)`), from its int8 copy, with
+    `plus` (`(2, ..., out)`) added when given: `(2, n, in)` -> `(2, n, out)`."""
+    reduce_range = _int8_reduce_range()
+    outputs = []
+    for direction, weight in enumerate(_weight_copy(layer, name, "int8")):
+        output = torch.ops.quantized.linear_dynamic(inputs[direction], weight, reduce_range)
+        outputs.append(output if plus is None else output.add_(plus[direction]))
+    return torch.stack(outputs)
 
 
 def _products_kind(layer, gate_input, rows, weight_quantization):
@@ -245,14 +249,7 @@ def _products_kind(layer, gate_input, rows, weight_quantization):
 def _gates(layer, step_gate_input, hidden, products):
     """`step_gate_input + hidden @ recurrent_weight`, both directions: `(2, active, 4 * lstm_dim)`."""
     if products == "int8":
-        return torch.stack(
-            [
-                torch.ops.quantized.linear_dynamic(hidden[direction], weight, _int8_reduce_range()).add_(
-                    step_gate_input[direction]
-                )
-                for direction, weight in enumerate(_weight_copy(layer, "recurrent_weight", "int8"))
-            ]
-        )
+        return _int8_products(layer, "recurrent_weight", hidden, plus=step_gate_input)
     if products == "plain" or (hidden.shape[1] == 1 and hidden.dtype == torch.float32):
         # One row: a matrix-vector product, memory-bound; the plain product streams the weight fastest.
         # (The tail of a sorted batch, where only its longest sentence still runs.)
@@ -269,12 +266,7 @@ def _gates(layer, step_gate_input, hidden, products):
 def _project(layer, memory, products):
     """`memory @ projection_weight`, both directions: `(2, active, lstm_dim)` -> `(2, active, projection_dim)`."""
     if products == "int8":
-        return torch.stack(
-            [
-                torch.ops.quantized.linear_dynamic(memory[direction], weight, _int8_reduce_range())
-                for direction, weight in enumerate(_weight_copy(layer, "projection_weight", "int8"))
-            ]
-        )
+        return _int8_products(layer, "projection_weight", memory)
     if products == "onednn":
         linear = torch.ops.mkldnn._linear_pointwise
         return torch.stack(
