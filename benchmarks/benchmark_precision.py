@@ -15,7 +15,6 @@ layer over every word of the first 64 sentences: the largest and mean absolute d
 
 import argparse
 import json
-import time
 
 import torch
 from benchmark_utils import PEER_DIR, machine_line, peer_harness, prepare
@@ -74,15 +73,16 @@ def deviations(models, tokenizer, sentences):
     return result
 
 
-def words_per_second(model, tokenizer, batches):
-    """Words/s of one pass over `batches` (lists of tokenized sentences), tokenizing included, as the harness does."""
-    words, start = 0, time.perf_counter()
-    with torch.inference_mode():
-        for batch in batches:
-            encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
-            model(**encoded, output_hidden_states=True)
-            words += sum(len(sentence) for sentence in batch)
-    return words / (time.perf_counter() - start)
+def words_per_second(benchlib, model, tokenizer, batches):
+    """Words/s of one pass over `batches` (lists of tokenized sentences), tokenizing included: the shared harness's
+    `time_pass`, as the peers are timed."""
+    result = benchlib.time_pass(
+        lambda batch: tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt"),
+        lambda encoded: model(**encoded, output_hidden_states=True),
+        lambda: None,  # no carried state
+        batches,
+    )
+    return result["n_tok"] / result["total_s"]
 
 
 def main(argv=None):
@@ -106,12 +106,12 @@ def main(argv=None):
         "sorted": benchlib.make_batches(sentences, 32, True),
     }
     for model in models.values():  # warm-up: allocator, oneDNN, the int8 and prepacked weight copies
-        words_per_second(model, tokenizer, passes["sorted"][:2] + passes["batch1"][:3])
+        words_per_second(benchlib, model, tokenizer, passes["sorted"][:2] + passes["batch1"][:3])
     best = {mode: dict.fromkeys(passes, 0.0) for mode in MODES}
     for round_index in range(args.rounds):
         for mode in MODES:
             for name, batches in passes.items():
-                rate = words_per_second(models[mode], tokenizer, batches)
+                rate = words_per_second(benchlib, models[mode], tokenizer, batches)
                 best[mode][name] = max(best[mode][name], rate)
                 print(f"round {round_index} {mode} {name}: {rate:,.1f} words/s", flush=True)
 
