@@ -318,22 +318,37 @@ def word_features(words, position):
     return features
 
 
-def feature_tagger_accuracy(splits):
-    """Test accuracy of a logistic-regression tagger on `word_features` (scikit-learn, C=1)."""
+def fit_feature_tagger(sentences):
+    """A logistic-regression tagger (scikit-learn, C=1) on `word_features`, trained on `sentences` ((words, tags)
+    pairs): returns `tag(list of word lists)` -> a list of tags per sentence."""
     from sklearn.feature_extraction import DictVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    def tokens(split):
-        features = [word_features(words, i) for words, _ in splits[split] for i in range(len(words))]
-        return features, [tag for _, tags in splits[split] for tag in tags]
+    def features(word_lists):
+        return [word_features(words, i) for words in word_lists for i in range(len(words))]
 
     vectorizer = DictVectorizer()
-    train_features, train_tags = tokens("train")
-    classifier = LogisticRegression(max_iter=300).fit(vectorizer.fit_transform(train_features), train_tags)
-    return {
-        split: float(classifier.score(vectorizer.transform(tokens(split)[0]), tokens(split)[1]))
-        for split in ("dev", "test")
-    }
+    train_features = vectorizer.fit_transform(features([words for words, _ in sentences]))
+    classifier = LogisticRegression(max_iter=300).fit(train_features, [tag for _, tags in sentences for tag in tags])
+
+    def tag(word_lists):
+        predicted = iter(classifier.predict(vectorizer.transform(features(word_lists))))
+        return [[next(predicted) for _ in words] for words in word_lists]
+
+    return tag
+
+
+def feature_tagger_accuracy(splits):
+    """Dev and test token accuracy of `fit_feature_tagger` trained on the train split."""
+    tag = fit_feature_tagger(splits["train"])
+    scores = {}
+    for split in ("dev", "test"):
+        predicted = tag([words for words, _ in splits[split]])
+        pairs = [
+            (gold, guess) for (_, tags), guesses in zip(splits[split], predicted) for gold, guess in zip(tags, guesses)
+        ]
+        scores[split] = sum(gold == guess for gold, guess in pairs) / len(pairs)
+    return scores
 
 
 # ---- layer probes ----

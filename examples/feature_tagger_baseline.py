@@ -10,25 +10,15 @@ precision, recall and F1 (seqeval, CoNLL style), as one JSON object.
 import argparse
 import json
 
-from downstream_benchmark import word_features
+from downstream_benchmark import fit_feature_tagger
 from run_token_classification import read_conll
-from sklearn.feature_extraction import DictVectorizer
-from sklearn.linear_model import LogisticRegression
 
 from elmo_hf.user_errors import reported_as_one_line
 
 
 def tagger_baseline(train_sentences, test_sentences):
     """Scores of the feature tagger trained on `train_sentences`, run on `test_sentences` (lists of (words, tags))."""
-
-    def tokens(sentences):
-        return [word_features(words, i) for words, _ in sentences for i in range(len(words))]
-
-    vectorizer = DictVectorizer()
-    train_tags = [tag for _, tags in train_sentences for tag in tags]
-    classifier = LogisticRegression(max_iter=300).fit(vectorizer.fit_transform(tokens(train_sentences)), train_tags)
-    predicted = iter(classifier.predict(vectorizer.transform(tokens(test_sentences))))
-    predicted_tags = [[next(predicted) for _ in tags] for _, tags in test_sentences]
+    predicted_tags = fit_feature_tagger(train_sentences)([words for words, _ in test_sentences])
     gold_tags = [list(tags) for _, tags in test_sentences]
     pairs = [
         (gold, guess)
