@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import subprocess
 import sys
 
 import h5py
@@ -15,6 +16,14 @@ import torch
 from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_offline_without_repository(code, folder):
+    """Run Python `code` in a child process in `folder`, offline, without this repository on PYTHONPATH and with its
+    own remote-code cache there (for checks that a saved checkpoint's code works on its own); the finished process."""
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    environment.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(pathlib.Path(folder) / "modules"))
+    return subprocess.run([sys.executable, "-c", code], cwd=folder, env=environment, capture_output=True, text=True)
 
 
 def fixtures_path():

@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, run_offline_without_repository
 
 from conversion.convert_elmo_original_tf_to_hf import main
 from elmo_hf import ElmoModel, ElmoTokenizer, original_tf
@@ -161,8 +161,6 @@ difference = np.abs(output - np.load({str(tmp_path / "expected.npy")!r})).max()
 assert difference <= 1e-6, difference  # same weights; BLAS may differ in the last bit across processes
 print("remote code ok", type(model).__module__)
 """
-    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    environment.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True)
+    result = run_offline_without_repository(code, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "remote code ok transformers_modules" in result.stdout

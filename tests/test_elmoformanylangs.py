@@ -12,12 +12,11 @@ import pathlib
 import random
 import re
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
+from helpers import run_offline_without_repository
 from transformers import AutoModel, AutoTokenizer
 
 from elmo_hf import (
@@ -165,9 +164,7 @@ difference = np.abs(layers - expected).max()
 assert difference <= 1e-5, difference
 print("remote code ok", type(model).__module__)
 """
-    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    environment.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True)
+    result = run_offline_without_repository(code, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "remote code ok transformers_modules" in result.stdout
 

@@ -2,15 +2,12 @@
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tiny_config, tiny_model
+from helpers import run_offline_without_repository, tiny_config, tiny_model
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoScalarMix
@@ -483,11 +480,8 @@ def test_round_trip_through_trust_remote_code_without_the_package(tmp_path, toke
         print(json.dumps(model.eval()(**inputs).logits.tolist()))
         """
     )
-    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    environment.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run(
-        [sys.executable, "-c", child], capture_output=True, text=True, env=environment, cwd=tmp_path, check=True
-    )
+    result = run_offline_without_repository(child, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
     module, logits = result.stdout.strip().splitlines()[-2:]
     assert not module.startswith("elmo_hf")
     torch.testing.assert_close(torch.tensor(json.loads(logits)), model(**encoding).logits)
