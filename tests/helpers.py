@@ -17,6 +17,29 @@ from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+# Commands that start a script on two local processes: torchrun, and accelerate's launcher. --multi_gpu is
+# accelerate's torchrun path; with the scripts' CPU flag it is DDP over gloo. (`--cpu` would start a single process:
+# accelerate leaves multi-CPU runs to mpirun.)
+TWO_PROCESS_LAUNCHERS = {
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"],
+    "accelerate": [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "0",
+    ],
+}
+
 
 def run_offline_without_repository(code, folder):
     """Run Python `code` in a child process in `folder`, offline, without this repository on PYTHONPATH and with its

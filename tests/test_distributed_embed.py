@@ -8,34 +8,17 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import datasets
 import numpy as np
 import pytest
-from helpers import REPO_ROOT, read_output, tiny_model
+from helpers import REPO_ROOT, TWO_PROCESS_LAUNCHERS, read_output, tiny_model
 
 from elmo_hf import ElmoEmbedder, cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-ACCELERATE = [
-    sys.executable,
-    "-m",
-    "accelerate.commands.launch",
-    "--multi_gpu",
-    "--num_processes",
-    "2",
-    "--num_machines",
-    "1",
-    "--mixed_precision",
-    "no",
-    "--dynamo_backend",
-    "no",
-    "--main_process_port",
-    "0",
-]
+TORCHRUN, ACCELERATE = TWO_PROCESS_LAUNCHERS["torchrun"], TWO_PROCESS_LAUNCHERS["accelerate"]
 # Lines of 1 to 9 words, so that chunks differ in length and in how they batch.
 LINES = [" ".join(f"w{(line * 7 + word) % 23}" for word in range(1 + line % 9)) for line in range(40)]
 CHUNK_SIZE = 3  # 14 chunks, the last one short

