@@ -76,7 +76,7 @@ def worker(args):
     benchlib, make_workload = peer_harness(args.peer_dir)
 
     torch.set_num_threads(args.threads)
-    model = ElmoModel.from_pretrained(args.worker).eval()
+    model = ElmoModel.from_pretrained(args.worker, lstm_implementation=args.lstm_implementation).eval()
     if args.variant == "bf16":
         model = model.to(torch.bfloat16)
     elif args.variant == "int8":
@@ -132,6 +132,8 @@ def run_ours(args, checkpoint, json_path, dump_path=None, single_sentences=False
         args.variant,
         "--device",
         args.device,
+        "--lstm-implementation",
+        args.lstm_implementation,
         *_workload_arguments(args, single_sentences),
     ]
     if dump_path is not None:
@@ -339,6 +341,12 @@ def main(argv=None):
         default="fp32",
         help="our side's mode: the exact float32 path, or an optional faster one (see above)",
     )
+    parser.add_argument(
+        "--lstm-implementation",
+        choices=["auto", "reference"],
+        default="auto",
+        help="our side's config.lstm_implementation: 'reference' times the plain loop (on a GPU: without CUDA graphs)",
+    )
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
     parser.add_argument("--peer-dir", type=pathlib.Path, default=PEER_DIR)
     parser.add_argument(
@@ -376,6 +384,7 @@ def main(argv=None):
 
     all_results = {"machine_at_start": machine_line(), "threads": args.threads}
     all_results["variant"] = args.variant
+    all_results["lstm_implementation"] = args.lstm_implementation
     all_results["device"] = args.device
     if args.device.startswith("cuda"):
         import torch

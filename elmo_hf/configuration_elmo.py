@@ -59,7 +59,8 @@ class ElmoConfig(PreTrainedConfig):
             "reference", the readable padded recurrence of `modeling_elmo.py` for every call (autograd through it;
             the ONNX export scripts it); "packed", packed steps with a shrinking batch (`packed_steps.py`): on a CPU
             without gradients `cpu_kernels.py`, otherwise the hand-written backward of `lstm_training_kernel.py`;
-            "auto", "packed" except for inference on a GPU, which runs "reference".
+            "auto", "packed" except for inference on a GPU, which replays "reference" from CUDA graphs
+            (`cuda_graphs.py`: one graph per padded batch shape).
 
     Task heads ([`ElmoForTokenClassification`], [`ElmoForSequenceClassification`]) read these fields; the biLM
     ignores them:

@@ -4,8 +4,9 @@ The model's math lives in this file and reads top to bottom: the building blocks
 mix, task encoder, CRF, sampled softmax), the outputs, `ElmoPreTrainedModel`, `ElmoModel`, `ElmoForPreTraining` and
 the task heads. The LSTM below is the plain reference path. Under autograd each layer's recurrence runs with a
 hand-written backward (`lstm_training_kernel.py`, chosen in `ElmoBiLstm.forward`); on a CPU without gradients,
-`ElmoModel` runs the same math through `cpu_kernels.py` (per distinct word, packed steps, prepacked weights), chosen
-in one place, `ElmoModel.forward`.
+`ElmoModel` runs the same math through `cpu_kernels.py` (per distinct word, packed steps, prepacked weights), and on
+a CUDA device without gradients it replays this file's loop from CUDA graphs (`cuda_graphs.py`); both are chosen in
+one place, `ElmoModel.forward`.
 
 Weights converted from the original TensorFlow files use PyTorch conventions (gate order i, f, g, o; no hidden
 forget bias): every TensorFlow quirk is undone once, by the converter's key table (`original_tf.py`).
@@ -33,6 +34,7 @@ from .cpu_kernels import (
     int8_products_available,
     reverse_words_index,
 )
+from .cuda_graphs import cuda_graphs_apply, graphed_bilstm_forward
 from .lstm_training_kernel import bilstm_training_forward
 
 
@@ -984,7 +986,8 @@ class ElmoModel(ElmoPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         mask = self.word_mask(input_ids, attention_mask)  # (batch, words)
-        # The one choice of path (config.lstm_implementation): the CPU kernels compute the same math without gradients.
+        # The one choice of path (config.lstm_implementation): without gradients, the CPU kernels compute the same
+        # math, and on a CUDA device the LSTM's loop is replayed from CUDA graphs.
         implementation = self.config.lstm_implementation
         if implementation != "reference" and cpu_kernels_apply(self, input_ids, lstm_states, lstm_dropout):
             # cpu_kernels' own word encoding has no word embedding: a model with one encodes words in its forward.
@@ -1003,9 +1006,12 @@ class ElmoModel(ElmoPreTrainedModel):
             distinct_words, word_index = torch.unique(input_ids[mask], dim=0, return_inverse=True)
             words = encode_words(distinct_words)[word_index]  # (real words, projection_dim)
             token_layer = words.new_zeros(*mask.shape, words.shape[-1]).masked_scatter(mask.unsqueeze(-1), words)
-            lstm_layers, final_state = self.encoder(
-                token_layer, mask, lstm_states, dropout=lstm_dropout, implementation=implementation
-            )
+            if cuda_graphs_apply(token_layer, lstm_states, lstm_dropout, implementation):
+                lstm_layers, final_state = graphed_bilstm_forward(self.encoder, token_layer, mask)
+            else:
+                lstm_layers, final_state = self.encoder(
+                    token_layer, mask, lstm_states, dropout=lstm_dropout, implementation=implementation
+                )
 
         hidden_states = (torch.cat([token_layer, token_layer], dim=-1), *lstm_layers)  # each (batch, words, 2*proj)
         return ElmoModelOutput(

@@ -1,11 +1,14 @@
 """The model on a CUDA device: the same layers and gradients as on the CPU (the CUDA path uses the plain batched
 products; the oneDNN-packed ones are CPU-only). Skipped where torch sees no GPU."""
 
+import gc
+
 import h5py
 import pytest
 import torch
-from helpers import WEIGHT_SETS, assert_close, stateful_batches, tiny_model_and_batch
+from helpers import WEIGHT_SETS, assert_close, random_batch, stateful_batches, tiny_model, tiny_model_and_batch
 
+from elmo_hf import cuda_graphs
 from elmo_hf.original_tf import convert_hdf5
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
@@ -57,3 +60,72 @@ def test_cuda_float32_matches_bilm_tf(name, fixtures_dir):
         for row in range(3):
             reference = expected[f"b{index}_k{row}"][...]  # (layers, words without boundaries, 2 * proj)
             assert_close(layers[row, :, 1 : reference.shape[1] + 1], reference, f"{name} on cuda b{index}_k{row}")
+
+
+def test_cuda_graphs_replay_the_reference_loop():
+    """Inference on the GPU replays CUDA graphs (one per padded shape, shared memory pool); every layer and the
+    state equal the plain loop's, for repeated shapes, shapes sharing a graph, and after the weights moved away and
+    back (new storage: captured again)."""
+    model = tiny_model(seed=14).double().to("cuda")
+    chars = model.config.max_characters_per_token
+    generator = torch.Generator().manual_seed(11)
+    batches = [random_batch(generator, batch, words, chars)[0] for batch, words in [(5, 8), (3, 6), (5, 8), (1, 3)]]
+    batches.append(random_batch(generator, 32, 17, chars)[0])
+
+    def outputs(implementation):
+        model.config.lstm_implementation = implementation
+        with torch.no_grad():
+            return [model(input_ids.to("cuda"), output_hidden_states=True) for input_ids in batches]
+
+    for _ in range(2):
+        expected = outputs("reference")
+        replayed = outputs("auto")
+        captured = cuda_graphs._GRAPHS[model.encoder].graphs
+        assert captured and all(padded.graph is not None for padded in captured.values())
+        for plain, graph in zip(expected, replayed):
+            for plain_layer, graph_layer in zip(plain.hidden_states, graph.hidden_states):
+                torch.testing.assert_close(graph_layer, plain_layer, rtol=0, atol=1e-12)
+            for plain_state, graph_state in zip(plain.lstm_states, graph.lstm_states):
+                torch.testing.assert_close(graph_state, plain_state, rtol=0, atol=1e-12)
+        model.cpu().to("cuda")
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.bfloat16, 0.05)])
+def test_cuda_graphs_in_float32_and_bfloat16(dtype, tolerance):
+    model, input_ids = tiny_model_and_batch(model_seed=15, batch_seed=12, batch=7, max_words=11)
+    model = model.to("cuda", dtype)
+    input_ids = input_ids.to("cuda")
+    with torch.no_grad():
+        replayed = model(input_ids, output_hidden_states=True).hidden_states
+        model.config.lstm_implementation = "reference"
+        plain = model(input_ids, output_hidden_states=True).hidden_states
+    for plain_layer, graph_layer in zip(plain, replayed):
+        assert graph_layer.dtype == dtype
+        torch.testing.assert_close(graph_layer.float(), plain_layer.float(), rtol=0, atol=tolerance)
+
+
+def test_cuda_graphs_apply_only_to_plain_inference():
+    token_layer = torch.zeros(2, 3, 4, device="cuda")
+    states = (torch.zeros(1), torch.zeros(1))
+    with torch.no_grad():
+        assert cuda_graphs.cuda_graphs_apply(token_layer, None, 0.0, "auto")
+        assert not cuda_graphs.cuda_graphs_apply(token_layer, states, 0.0, "auto")
+        assert not cuda_graphs.cuda_graphs_apply(token_layer, None, 0.1, "auto")
+        assert not cuda_graphs.cuda_graphs_apply(token_layer, None, 0.0, "reference")
+        assert not cuda_graphs.cuda_graphs_apply(token_layer.cpu(), None, 0.0, "auto")
+    assert not cuda_graphs.cuda_graphs_apply(token_layer, None, 0.0, "auto")  # autograd on
+
+
+def test_cuda_graphs_of_a_second_model_after_the_first_is_freed():
+    """Each model's graphs have their own memory pool: a model captured after another one's graphs (and pool) were
+    freed runs (a pool shared between models failed its capture then)."""
+    for seed in (16, 17):
+        model, input_ids = tiny_model_and_batch(model_seed=seed, batch_seed=seed, batch=3, max_words=5)
+        model = model.to("cuda")
+        with torch.no_grad():
+            replayed = model(input_ids.to("cuda")).last_hidden_state
+            model.config.lstm_implementation = "reference"
+            plain = model(input_ids.to("cuda")).last_hidden_state
+        torch.testing.assert_close(replayed, plain, rtol=0, atol=1e-5)
+        del model
+        gc.collect()

@@ -31,6 +31,7 @@ CODE_FILES = {
     "configuration_elmo.py",
     "modeling_elmo.py",
     "cpu_kernels.py",
+    "cuda_graphs.py",
     "lstm_training_kernel.py",
     "tokenization_elmo.py",
     "char_ids.py",
