@@ -165,6 +165,17 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """A padding word is a row of zeros: its character id is 0."""
         return 0
 
+    @property
+    def bos_token_id(self):
+        """None: `<S>` is a row of character ids, not one id (transformers' Trainer would otherwise copy that row into
+        the model config as a token id)."""
+        return None
+
+    @property
+    def eos_token_id(self):
+        """None, as `bos_token_id`: `</S>` is a row of character ids."""
+        return None
+
     # ---- vocabulary: the character ids; a "token" is a word, its "id" a row of character ids ----
     @property
     def vocab_size(self):

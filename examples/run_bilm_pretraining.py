@@ -270,9 +270,8 @@ class ElmoProgressCallback(ProgressCallback):
 
 
 class ElmoSaveTokenizerCallback(TrainerCallback):
-    """Saves the tokenizer and the word vocabulary (vocab.txt) into every checkpoint. The tokenizer is not handed
-    to the Trainer as `processing_class`: the Trainer would copy its boundary "ids" (rows of character ids) into the
-    model config as `bos_token_id`/`eos_token_id`."""
+    """Saves the tokenizer and the word vocabulary (vocab.txt) into every checkpoint, which the Trainer's own saving
+    (of its `processing_class`) would leave without the vocabulary."""
 
     def __init__(self, tokenizer, vocabulary):
         self.tokenizer = tokenizer

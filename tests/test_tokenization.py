@@ -168,3 +168,20 @@ def test_pad_leaves_sentence_level_labels_alone(tokenizer):
     batch = DataCollatorWithPadding(tokenizer)(features)
     assert batch["labels"].tolist() == [[1, 0], [0, 1]]  # e.g. multi-label targets: not padded to the words
     assert batch["input_ids"].shape == (2, 5, 20)
+
+
+def test_trainer_copies_no_boundary_row_into_the_model_config():
+    """transformers' Trainer copies a tokenizer's bos/eos/pad ids into the model config; ELMo's boundaries are rows of
+    character ids, so the tokenizer gives None for them, and only the padding id (0) may be copied."""
+    from transformers.trainer_utils import align_special_tokens
+
+    from elmo_hf import ElmoForTokenClassification
+
+    tokenizer = ElmoTokenizer()
+    assert tokenizer.bos_token_id is None and tokenizer.eos_token_id is None
+    assert tokenizer.convert_tokens_to_ids("</S>")[:3] == [259, 258, 260]  # the boundary itself is unchanged
+    model = ElmoForTokenClassification(
+        ElmoConfig(filters=[[1, 4]], lstm_dim=8, projection_dim=4, num_highway_layers=0, num_labels=2)
+    )
+    align_special_tokens(model, tokenizer)
+    assert getattr(model.config, "eos_token_id", None) is None and getattr(model.config, "bos_token_id", None) is None
