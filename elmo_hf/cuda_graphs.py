@@ -61,8 +61,11 @@ def graphed_bilstm_forward(encoder, inputs, mask):
     rows = 1 << max(batch - 1, 0).bit_length()  # the next power of two
     width = -(-max(words, 1) // WORD_BUCKET) * WORD_BUCKET
     weights = tuple((parameter.data_ptr(), parameter.dtype) for parameter in encoder.parameters())
-    # Tensors made under inference mode cannot be written outside it (nor the reverse): one graph for each.
-    key = (rows, width, inputs.dtype, inputs.device, torch.is_inference_mode_enabled(), weights)
+    # Tensors made under inference mode cannot be written outside it (nor the reverse), and a graph replays the casts
+    # of the autocast it was captured under: one graph for each.
+    device_type = inputs.device.type
+    autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+    key = (rows, width, inputs.dtype, inputs.device, torch.is_inference_mode_enabled(), autocast, weights)
     cache = _GRAPHS.setdefault(encoder, _GraphCache())
     if cache.failure is not None:
         return encoder(inputs, mask, implementation="reference")

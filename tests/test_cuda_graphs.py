@@ -100,3 +100,19 @@ def test_a_failed_capture_warns_once_and_runs_the_plain_loop(monkeypatch):
     for outputs in (first, second):
         for layer, expected_layer in zip(outputs[0], expected[0]):
             torch.testing.assert_close(layer, expected_layer, rtol=0, atol=0)
+
+
+def test_autocast_gets_its_own_padded_forward():
+    """A graph replays the casts of the autocast it was captured under: a shape run under autocast and without it
+    gets an entry for each, and the run without autocast keeps float32's values."""
+    model = tiny_model(seed=8)
+    inputs, mask = token_layer_and_mask(model, 3, 5, seed=4)
+    inputs = inputs.float()
+    with torch.no_grad():
+        plain = cuda_graphs.graphed_bilstm_forward(model.encoder, inputs, mask)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            cuda_graphs.graphed_bilstm_forward(model.encoder, inputs, mask)
+        again = cuda_graphs.graphed_bilstm_forward(model.encoder, inputs, mask)
+    assert [key[5] for key in cuda_graphs._GRAPHS[model.encoder].graphs] == [torch.bfloat16, None]
+    for first, second in zip(plain[0], again[0]):
+        torch.testing.assert_close(first, second, rtol=0, atol=0)
