@@ -209,7 +209,7 @@ class ElmoBiLstmLayer(nn.Module):
             running = running.view(1, batch, 1)
             cell = torch.where(running, new_cell, cell)
             hidden = torch.where(running, new_hidden, hidden)
-            outputs.append(new_hidden.masked_fill(~running, 0.0))
+            outputs.append(torch.where(running, new_hidden, 0.0))
         return torch.stack(outputs, dim=2), (cell, hidden)  # outputs (2, batch, words, projection_dim)
 
 
