@@ -6,6 +6,8 @@ baseline, on the public data of `downstream_benchmark.py`.
         --variant '{"scalar_mix_dropout": 0.0, "classifier_dropout": 0.3}' --seeds 0 1 2 --output outputs/study.jsonl
     python examples/task_input_study.py --task pos --variant '{"fraction": 0.01, "use_input_elmo": false}' --seeds 0 1 2
     python examples/task_input_study.py --task pos --baseline
+    python examples/task_input_study.py --task sentiment --variant '{"freeze_bilm": false, "bilm_lr": 3e-4}'
+    python examples/task_input_study.py --task pos --variant '{"fraction": 0.01, "word_vectors": "news-vectors.txt"}'
 
 Each run trains an `ElmoForSequenceClassification` / `ElmoForTokenClassification` head (one-layer task biLSTM of 128
 per direction) on the frozen default biLM's layers, computed once per sentence (`--cache` keeps them on disk), with
@@ -13,8 +15,14 @@ AdamW at a constant learning rate, batches of 32 in a seeded order; after every 
 reports the test accuracy of the epoch best on dev. The variant is a JSON object of `ElmoConfig` head fields plus:
 `epochs` (sentiment 4, pos 8), `lr` (3e-3, 5e-3), `batch_size` (32), `weight_decay` (0), `min_count` (the task
 vocabulary's minimum count, 2; 0: no task word embedding), `from_bilm` (start the task words from the biLM's softmax,
-true), `fraction` (pos: train on this share of the training sentences, a seeded sample; 1.0). `--baseline` prints
-the task's scikit-learn baseline instead (bag-of-words logistic regression / feature-based tagger).
+true), `word_vectors` (start the task words from this GloVe/word2vec text file instead, its width; none),
+`pretrained_vocab` (add every word that has a pretrained vector, from the file or the biLM's vocabulary, to the
+task vocabulary, so that words unseen in training keep their vector; false),
+`fraction` (pos: train on this share of the training sentences, a seeded sample; 1.0), `bilm_lr` (the biLM's learning
+rate when `"freeze_bilm": false`; the head's). With `"freeze_bilm": false` the head starts from the default biLM's
+weights and fine-tunes them: the biLM then runs inside every training and scoring pass instead of once beforehand.
+`--baseline` prints the task's scikit-learn baseline instead (bag-of-words logistic regression / feature-based
+tagger).
 
 Prints one JSON line per call (the variant, dev and test accuracy per seed, the chosen epochs, seconds) and appends it
 to `--output`.
@@ -37,7 +45,8 @@ from elmo_hf import (
     ElmoModel,
     ElmoTokenizer,
 )
-from elmo_hf.task_words import build_task_word_vocab, initialise_task_words
+from elmo_hf.task_words import build_task_word_vocab, initialise_task_words, read_word_vectors
+from elmo_hf.word_vocabulary import WORD_VOCAB_HEAD, ElmoWordVocabulary
 
 DEFAULTS = {"sentiment": {"epochs": 4, "lr": 3e-3}, "pos": {"epochs": 8, "lr": 5e-3}}
 
@@ -65,7 +74,8 @@ def load_task(task, data_dir, tokenizer):
 
 
 def batches(task, words, labels, layers, tokenizer, indices, batch_size, rng=None):
-    """Padded batches (character ids, mask, stacked biLM layers, labels) of `indices`, shuffled by `rng` if given."""
+    """Padded batches (character ids, mask, stacked biLM layers or None without `layers`, labels) of `indices`,
+    shuffled by `rng` if given."""
     order = list(indices)
     if rng is not None:
         rng.shuffle(order)
@@ -73,11 +83,12 @@ def batches(task, words, labels, layers, tokenizer, indices, batch_size, rng=Non
         rows = order[start : start + batch_size]
         encoding = tokenizer([words[row] for row in rows], is_split_into_words=True, padding=True, return_tensors="pt")
         width = encoding["input_ids"].shape[1]
-        states = torch.zeros(len(rows), layers[0].shape[0], width, layers[0].shape[-1])
+        states = None if layers is None else torch.zeros(len(rows), layers[0].shape[0], width, layers[0].shape[-1])
         if task == "pos":
             targets = torch.full((len(rows), width), -100)
         for position, row in enumerate(rows):
-            states[position, :, : layers[row].shape[1]] = layers[row]
+            if states is not None:
+                states[position, :, : layers[row].shape[1]] = layers[row]
             if task == "pos":
                 targets[position, 1 : 1 + len(labels[row])] = torch.tensor(labels[row])
         if task != "pos":
@@ -86,7 +97,8 @@ def batches(task, words, labels, layers, tokenizer, indices, batch_size, rng=Non
 
 
 def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_config):
-    """Trains one head; returns (best dev accuracy, its test accuracy, its epoch)."""
+    """Trains one head; returns (best dev accuracy, its test accuracy, its epoch). `layers` is None when the biLM is
+    fine-tuned."""
     options = {
         **DEFAULTS[task],
         "batch_size": 32,
@@ -94,24 +106,40 @@ def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_confi
         "from_bilm": True,
         "weight_decay": 0.0,
         "fraction": 1.0,
+        "word_vectors": None,
+        "pretrained_vocab": False,
         **variant,
     }
     epochs, lr, batch_size = options.pop("epochs"), options.pop("lr"), options.pop("batch_size")
     min_count, from_bilm, weight_decay = options.pop("min_count"), options.pop("from_bilm"), options.pop("weight_decay")
-    fraction = options.pop("fraction")
+    fraction, word_vectors, bilm_lr = options.pop("fraction"), options.pop("word_vectors"), options.pop("bilm_lr", lr)
+    pretrained_vocab, pretrained = options.pop("pretrained_vocab"), []
     count = len(words["train"])
     train = sorted(random.Random(seed).sample(range(count), max(1, int(fraction * count))))
     if min_count:
-        options["task_word_vocab"] = build_task_word_vocab([words["train"][row] for row in train], min_count)
-        if from_bilm:
+        vocab = build_task_word_vocab([words["train"][row] for row in train], min_count)
+        if word_vectors:
+            pretrained = read_word_vectors(word_vectors)
+            options["task_word_embedding_dim"] = len(next(iter(pretrained.values())))
+        elif from_bilm:
+            pretrained = ElmoWordVocabulary.from_pretrained(DEFAULT_MODEL).words[len(WORD_VOCAB_HEAD) :]
             options.setdefault("task_word_embedding_dim", bilm_config.projection_dim)
+        if pretrained_vocab:  # the words with a pretrained vector join the training words
+            known = set(vocab)
+            vocab += [word for word in dict.fromkeys(word.lower() for word in pretrained) if word not in known]
+        options["task_word_vocab"] = vocab
     bilm_fields = {key: value for key, value in bilm_config.to_dict().items() if key not in ("id2label", "label2id")}
     config = ElmoConfig(**{**bilm_fields, "num_labels": len(names), **options})
     torch.manual_seed(seed)
     model = (ElmoForTokenClassification if task == "pos" else ElmoForSequenceClassification)(config)
-    if min_count and from_bilm:
-        initialise_task_words(model, bilm_path=DEFAULT_MODEL)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
+    if min_count and (word_vectors or from_bilm):
+        initialise_task_words(model, vectors_file=word_vectors or None, bilm_path=DEFAULT_MODEL)
+    if not config.freeze_bilm:
+        model.elmo.load_state_dict(ElmoModel.from_pretrained(DEFAULT_MODEL).state_dict())
+    bilm_parameters = {id(p) for p in model.elmo.parameters()}
+    head = [p for p in model.parameters() if p.requires_grad and id(p) not in bilm_parameters]
+    groups = [{"params": head}] + ([] if config.freeze_bilm else [{"params": model.elmo.parameters(), "lr": bilm_lr}])
+    optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
     rng, best = random.Random(seed), (-1.0, None, None)
     for epoch in range(epochs):
         model.train()
@@ -159,14 +187,16 @@ def main(argv=None):
         scores = (benchmark.feature_tagger_accuracy if args.task == "pos" else benchmark.bag_of_words_accuracy)(splits)
         result = {"task": args.task, "baseline": benchmark.BASELINE_NAMES[args.task], **scores}
     else:
-        if args.cache and os.path.exists(args.cache):
+        variant = json.loads(args.variant)
+        if not variant.get("freeze_bilm", True):
+            layers = {split: None for split in words}  # the biLM runs in the training loop
+        elif args.cache and os.path.exists(args.cache):
             layers = torch.load(args.cache)
         else:
             bilm = ElmoModel.from_pretrained(DEFAULT_MODEL).eval()
             layers = {split: benchmark.bilm_layers(bilm, tokenizer, words[split], 64, split) for split in words}
             if args.cache:
                 torch.save(layers, args.cache)
-        variant = json.loads(args.variant)
         bilm_config = ElmoConfig.from_pretrained(DEFAULT_MODEL)
         runs = [
             run(args.task, variant, seed, words, labels, layers, names, tokenizer, bilm_config) for seed in args.seeds

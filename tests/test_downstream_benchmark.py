@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers import load_script, tiny_model
 
-from elmo_hf import ElmoTokenizer
+from elmo_hf import DEFAULT_MODEL, ElmoModel, ElmoTokenizer
 
 downstream_benchmark = load_script("downstream_benchmark")
 
@@ -179,3 +179,60 @@ def test_the_task_input_study_runs_and_appends_its_line(data_dir, tmp_path, task
     baseline = task_input_study.main([*common, "--baseline"])
     assert 0.0 <= baseline["test"] <= 1.0
     assert [json.loads(line) for line in output.read_text().splitlines()] == [result, baseline]
+
+
+def test_the_task_input_study_fine_tunes_the_pretrained_biLM_at_its_own_learning_rate(
+    data_dir, tmp_path, one_thread, monkeypatch
+):
+    task_input_study = load_script("task_input_study")
+    optimizers = []
+
+    class RecordedAdamW(torch.optim.AdamW):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            optimizers.append(self)
+
+    monkeypatch.setattr(torch.optim, "AdamW", RecordedAdamW)
+    variant = '{"epochs": 1, "freeze_bilm": false, "bilm_lr": 1e-3, "use_input_elmo": true}'
+    cache = tmp_path / "layers.pt"
+    result = task_input_study.main(
+        ["--task", "pos", "--data-dir", str(data_dir), "--variant", variant, "--cache", str(cache)]
+    )
+    assert 0.0 <= result["test"][0] <= 1.0
+    assert not cache.exists()  # the biLM ran inside the loop, nothing was precomputed
+    head, bilm = optimizers[0].param_groups
+    assert (head["lr"], bilm["lr"]) == (5e-3, 1e-3)
+    pretrained = ElmoModel.from_pretrained(DEFAULT_MODEL)
+    changes = [
+        (trained.detach() - start).abs().max().item() for trained, start in zip(bilm["params"], pretrained.parameters())
+    ]
+    assert len(changes) == len(list(pretrained.parameters()))
+    # One AdamW step of lr 1e-3 (6 training sentences, one batch) from the pretrained weights, not from a random start.
+    assert 0.0 < max(changes) <= 1.1e-3
+
+
+def test_the_task_input_study_starts_task_words_from_a_word_vectors_file(data_dir, tmp_path, one_thread, monkeypatch):
+    task_input_study = load_script("task_input_study")
+    vectors_file = tmp_path / "vectors.txt"
+    vectors_file.write_text("the 1 2 3 4\ndog 0.5 0.5 0.5 0.5\nunseen 9 9 9 9\n", encoding="utf-8")
+    started = []
+
+    def recorded(model, **kwargs):
+        message = initialise(model, **kwargs)
+        task_words = model.task_encoder.task_words
+        started.append((message, task_words.embedding.weight.detach().clone(), task_words.word_rows))
+        return message
+
+    initialise = task_input_study.initialise_task_words
+    monkeypatch.setattr(task_input_study, "initialise_task_words", recorded)
+    variant = {"epochs": 1, "min_count": 1, "use_input_elmo": False, "word_vectors": str(vectors_file)}
+    task_input_study.main(["--task", "pos", "--data-dir", str(data_dir), "--variant", json.dumps(variant)])
+    message, weight, rows = started[0]
+    assert message.endswith(f"from {vectors_file}") and message.startswith("task words: 2 of ")
+    assert weight.shape[1] == 4 and "unseen" not in rows  # the vocabulary is the training words
+    assert weight[rows["the"]].tolist() == [1.0, 2.0, 3.0, 4.0] and weight[rows["dog"]].tolist() == [0.5] * 4
+    # pretrained_vocab: a word never seen in training keeps its vector instead of becoming the unknown word
+    variant["pretrained_vocab"] = True
+    task_input_study.main(["--task", "pos", "--data-dir", str(data_dir), "--variant", json.dumps(variant)])
+    message, weight, rows = started[1]
+    assert message.startswith("task words: 3 of ") and weight[rows["unseen"]].tolist() == [9.0] * 4

