@@ -236,3 +236,20 @@ def test_the_task_input_study_starts_task_words_from_a_word_vectors_file(data_di
     task_input_study.main(["--task", "pos", "--data-dir", str(data_dir), "--variant", json.dumps(variant)])
     message, weight, rows = started[1]
     assert message.startswith("task words: 3 of ") and weight[rows["unseen"]].tolist() == [9.0] * 4
+
+
+def test_the_faster_modes_train_the_same_head_on_their_own_layers(data_dir, tmp_path, one_thread):
+    load_script("task_input_study")  # imported by precision_downstream, as its own script folder would provide
+    precision_downstream = load_script("precision_downstream")
+    work_dir = tmp_path / "modes"
+    arguments = ["--task", "pos", "--data-dir", str(data_dir), "--work-dir", str(work_dir)]
+    arguments += ["--variant", '{"epochs": 1}']
+    rows = precision_downstream.main([*arguments, "--modes", "float32", "bfloat16", "int8"])
+    assert list(rows) == ["float32", "bfloat16", "int8"]
+    assert sorted(path.name for path in work_dir.iterdir()) == ["pos-bfloat16.pt", "pos-float32.pt", "pos-int8.pt"]
+    assert rows["float32"]["largest_difference"] == 0.0
+    for mode in ("bfloat16", "int8"):  # their layers differ from float32's, within the modes' documented bounds
+        assert 0.0 < rows[mode]["largest_difference"] < 0.1 and rows[mode]["lowest_cosine"] > 0.999
+        assert 0.0 <= rows[mode]["test"][0] <= 1.0
+    with pytest.raises(ValueError, match="^--modes int8: float32 is the reference and must be among them$"):
+        precision_downstream.main([*arguments, "--modes", "int8"])

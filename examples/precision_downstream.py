@@ -1,0 +1,106 @@
+#!/usr/bin/env python
+"""The downstream rows of the faster modes: the same task head trained on the default biLM's layers computed in
+float32, in bfloat16 (`--dtype bfloat16`) and with int8 weights (`--quantize int8`), same seeds, same data.
+
+    python examples/precision_downstream.py --task pos --variant '{"fraction": 0.1}' --seeds 0 \
+        --modes float32 bfloat16 int8 --work-dir outputs/precision-downstream
+
+For each mode the biLM's layers of every sentence are computed once (kept in `--work-dir`), then
+`task_input_study.py` trains and scores the head on them (its variant fields; the scalar mix, task words and dropouts
+of the recipe unless the variant says otherwise). Prints a JSON line per mode and a table of test accuracy against
+float32's. The layers' own deviation from float32 (largest difference, lowest cosine per word) is printed beside
+them.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import downstream_benchmark as benchmark
+import task_input_study as study
+import torch
+
+from elmo_hf import DEFAULT_MODEL, ElmoModel, ElmoTokenizer
+
+MODES = ("float32", "bfloat16", "int8")
+RECIPE = {"scalar_mix_dropout": 0.0, "classifier_dropout": 0.3}  # examples/README.md's recipes
+
+
+def bilm_in_mode(mode):
+    """The default biLM, evaluated in `mode`."""
+    model = ElmoModel.from_pretrained(DEFAULT_MODEL).eval()
+    if mode == "bfloat16":
+        return model.to(torch.bfloat16)
+    if mode == "int8":
+        model.quantize_weights("int8")
+    return model
+
+
+def layer_deviation(layers, reference):
+    """Largest absolute difference and lowest cosine per word over all layers of all sentences."""
+    largest, lowest_cosine = 0.0, 1.0
+    for mine, exact in zip(layers, reference):
+        mine, exact = mine.float(), exact.float()
+        largest = max(largest, float((mine - exact).abs().max()))
+        cosine = torch.nn.functional.cosine_similarity(mine, exact, dim=-1, eps=1e-12)
+        lowest_cosine = min(lowest_cosine, float(cosine.min()))
+    return largest, lowest_cosine
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=benchmark.TASKS, required=True)
+    parser.add_argument("--variant", default="{}", help="task_input_study.py's variant, on top of the recipe's fields")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--data-dir", default="outputs/downstream-data")
+    parser.add_argument("--work-dir", default="outputs/precision-downstream")
+    args = parser.parse_args(argv)
+    if "float32" not in args.modes:
+        raise ValueError(f"--modes {' '.join(args.modes)}: float32 is the reference and must be among them")
+    os.makedirs(args.work_dir, exist_ok=True)
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    tokenizer = ElmoTokenizer.from_pretrained(DEFAULT_MODEL)
+    words, _, _, _ = study.load_task(args.task, args.data_dir, tokenizer)
+    variant = json.dumps({**RECIPE, **json.loads(args.variant)})
+
+    rows = {}
+    for mode in ["float32", *(mode for mode in args.modes if mode != "float32")]:
+        cache = os.path.join(args.work_dir, f"{args.task}-{mode}.pt")
+        start = time.time()
+        if os.path.exists(cache):
+            layers = torch.load(cache)
+        else:
+            model = bilm_in_mode(mode)
+            layers = {
+                split: [layer.float() for layer in benchmark.bilm_layers(model, tokenizer, words[split], 64, split)]
+                for split in words
+            }
+            torch.save(layers, cache)
+        layer_seconds = time.time() - start
+        result = study.main(
+            ["--task", args.task, "--cache", cache, "--seeds", *map(str, args.seeds), "--variant", variant]
+            + ["--data-dir", args.data_dir]
+        )
+        every_layer = [layer for split in words for layer in layers[split]]
+        if mode == "float32":
+            exact_layers = every_layer
+        largest, lowest_cosine = layer_deviation(every_layer, exact_layers)
+        rows[mode] = {**result, "mode": mode, "layer_seconds": round(layer_seconds)}
+        rows[mode].update(largest_difference=largest, lowest_cosine=lowest_cosine)
+        print(json.dumps(rows[mode]), flush=True)
+
+    exact = sum(rows["float32"]["test"]) / len(args.seeds)
+    print(f"\n{args.task}, seeds {args.seeds}, test accuracy (dev-selected epoch):")
+    for mode, row in rows.items():
+        mean = sum(row["test"]) / len(args.seeds)
+        print(
+            f"  {mode:9s} {100 * mean:6.2f}  ({100 * (mean - exact):+.2f} points vs float32; layers: largest "
+            f"difference {row['largest_difference']:.2e}, lowest cosine per word {row['lowest_cosine']:.6f})"
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    main()
