@@ -89,11 +89,7 @@ def worker(args):
     torch.manual_seed(1)  # the negatives' draws and the dropout
     for step, (encoded, labels) in enumerate(batches):
         start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss = model(**encoded, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-        optimizer.step()
+        loss = train_step(model, optimizer, encoded, labels)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - start
@@ -105,27 +101,34 @@ def worker(args):
     print(json.dumps({"seconds": seconds, "words": words, "tokens": tokens, "losses": losses}))
 
 
+def train_step(model, optimizer, encoded, labels):
+    """One training step, as the Trainer runs it: forward with the sampled softmax, backward, clipping to norm 10,
+    Adagrad. Returns the loss."""
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    loss = model(**encoded, labels=labels).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+    optimizer.step()
+    return loss
+
+
 def profile_steps(model, optimizer, batches, warmup):
     """Where a training step's time goes (`--profile`): wall time per step against the time the device's kernels ran,
     the kernel launches per step, and the operators with the most device time (the GPU's, or the CPU's)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    def step(encoded, labels):
-        optimizer.zero_grad(set_to_none=True)
-        model(**encoded, labels=labels).loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-        optimizer.step()
-
     on_cuda = batches[0][1].is_cuda
     for encoded, labels in batches[:warmup]:
-        step(encoded, labels)
+        train_step(model, optimizer, encoded, labels)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
     timed = batches[warmup:]
     with profile(activities=activities) as profiler:
         start = time.perf_counter()
         for encoded, labels in timed:
-            step(encoded, labels)
+            train_step(model, optimizer, encoded, labels)
         if on_cuda:
             torch.cuda.synchronize()
         wall = (time.perf_counter() - start) / len(timed)

@@ -222,15 +222,20 @@ def _input_gates(layer, inputs, weight_quantization):
     if weight_quantization == "int8":
         return _int8_products(layer, "input_weight", inputs, plus=layer.bias)
     if inputs.dtype == torch.bfloat16 and _prepacked_products_apply(layer, inputs):
-        linear = torch.ops.mkldnn._linear_pointwise
-        weights = _weight_copy(layer, "input_weight", "onednn")
-        return torch.stack(
-            [
-                linear(inputs[direction], weight, layer.bias[direction], "none", [], "")
-                for direction, weight in enumerate(weights)
-            ]
-        )  # (2, n, 4 * lstm_dim)
+        return _prepacked_products(layer, "input_weight", inputs, bias=layer.bias)  # (2, n, 4 * lstm_dim)
     return layer.input_gates(inputs)
+
+
+def _prepacked_products(layer, name, inputs, bias=None):
+    """`inputs @ weight` (+ `bias` `(2, out)` when given) for both directions of `layer`'s weight `name` (`(2, in,
+    out)`), from its oneDNN-prepacked copy: `(2, n, in)` -> `(2, n, out)`."""
+    linear = torch.ops.mkldnn._linear_pointwise
+    return torch.stack(
+        [
+            linear(inputs[direction], weight, None if bias is None else bias[direction], "none", [], "")
+            for direction, weight in enumerate(_weight_copy(layer, name, "onednn"))
+        ]
+    )
 
 
 def _int8_products(layer, name, inputs, plus=None):
@@ -278,13 +283,7 @@ def _project(layer, memory, products):
     if products == "int8":
         return _int8_products(layer, "projection_weight", memory)
     if products == "onednn":
-        linear = torch.ops.mkldnn._linear_pointwise
-        return torch.stack(
-            [
-                linear(memory[direction], weight, None, "none", [], "")
-                for direction, weight in enumerate(_weight_copy(layer, "projection_weight", "onednn"))
-            ]
-        )  # (2, active, projection_dim)
+        return _prepacked_products(layer, "projection_weight", memory)  # (2, active, projection_dim)
     if memory.shape[1] == 1:
         # One sentence: a memory-bound product that `bmm` streams faster from an (out, in) copy of the weight (batch
         # 1 1.05-1.10x, RESULTS.md; the copy is 8 MB at the medium size, 34 MB at the original size).
