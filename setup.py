@@ -41,6 +41,8 @@ setup(
             "ruff==0.17.6",  # .ci/run: lint and format check (pinned: formatting differs between versions)
             "onnxruntime>=1.18",
             "matplotlib>=3.7",
+            # tests/test_cuda_kernels.py runs the GPU step's Triton kernels through Triton's interpreter on the CPU.
+            "triton>=3.5; platform_system == 'Linux' and platform_machine == 'x86_64'",
         ],
         # `elmo-hf export-onnx` and elmo_hf.onnx_export.ElmoOnnxModel.
         "onnx": ["onnx>=1.16", "onnxruntime>=1.18"],

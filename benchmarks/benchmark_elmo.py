@@ -76,6 +76,10 @@ def worker(args):
     benchlib, make_workload = peer_harness(args.peer_dir)
 
     torch.set_num_threads(args.threads)
+    if args.no_fused_step:
+        from elmo_hf import cuda_graphs
+
+        cuda_graphs.FUSED_STEP = False
     model = ElmoModel.from_pretrained(args.worker, lstm_implementation=args.lstm_implementation).eval()
     if args.variant == "bf16":
         model = model.to(torch.bfloat16)
@@ -134,6 +138,7 @@ def run_ours(args, checkpoint, json_path, dump_path=None, single_sentences=False
         args.device,
         "--lstm-implementation",
         args.lstm_implementation,
+        *(["--no-fused-step"] if args.no_fused_step else []),
         *_workload_arguments(args, single_sentences),
     ]
     if dump_path is not None:
@@ -347,6 +352,11 @@ def main(argv=None):
         default="auto",
         help="our side's config.lstm_implementation: 'reference' times the plain loop (on a GPU: without CUDA graphs)",
     )
+    parser.add_argument(
+        "--no-fused-step",
+        action="store_true",
+        help="on a GPU, the CUDA graphs replay the reference step instead of the fused one (elmo_hf/cuda_kernels.py)",
+    )
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
     parser.add_argument("--peer-dir", type=pathlib.Path, default=PEER_DIR)
     parser.add_argument(
@@ -385,6 +395,7 @@ def main(argv=None):
     all_results = {"machine_at_start": machine_line(), "threads": args.threads}
     all_results["variant"] = args.variant
     all_results["lstm_implementation"] = args.lstm_implementation
+    all_results["fused_step"] = not args.no_fused_step
     all_results["device"] = args.device
     if args.device.startswith("cuda"):
         import torch

@@ -60,7 +60,8 @@ class ElmoConfig(PreTrainedConfig):
             the ONNX export scripts it); "packed", packed steps with a shrinking batch (`packed_steps.py`): on a CPU
             without gradients `cpu_kernels.py`, otherwise the hand-written backward of `lstm_training_kernel.py`;
             "auto", "packed" except for inference on a GPU, which replays "reference" from CUDA graphs
-            (`cuda_graphs.py`: one graph per padded batch shape).
+            (`cuda_graphs.py`: one graph per padded batch shape), its step fused into four kernels where Triton is
+            installed (`cuda_kernels.py`).
 
     Task heads ([`ElmoForTokenClassification`], [`ElmoForSequenceClassification`]) read these fields; the biLM
     ignores them:

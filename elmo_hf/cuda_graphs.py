@@ -6,7 +6,10 @@ batch). Here the whole `ElmoBiLstm.forward` is captured once per padded batch sh
 launch per batch (H200, medium: 1.19x the plain loop on sorted batches of 32, 2.49x on single sentences). It is the
 same code and the same math; only the batch is padded to its shape's bucket (rows to a power of two, words to a
 multiple of `WORD_BUCKET`), which the reference path's masks make invisible to the real rows (padding keeps no state
-and outputs zeros).
+and outputs zeros). Where `cuda_kernels.fused_step_apply` allows (Triton, float32/bfloat16/float16, no autocast), the
+captured loop runs the fused step of `cuda_kernels.py` (four kernels per step instead of about fifteen: medium,
+float32, with the split projection 1.15x the graphs of the reference step on sorted batches of 32, 1.43x on single
+sentences; benchmarks/RESULTS.md); should it fail to compile, the model warns once and captures the reference step.
 
 `ElmoModel.forward` runs it when `cuda_graphs_apply` says so (a CUDA input, nothing recorded for autograd, no carried
 state, no dropout, `config.lstm_implementation == "auto"`); "reference" runs the plain loop. Graphs are kept per
@@ -22,10 +25,15 @@ import weakref
 
 import torch
 
+from .cuda_kernels import fused_step_apply
+
 # Words per sentence are padded up to a multiple of this (fewer distinct graphs, a few padded steps each).
 WORD_BUCKET = 8
 # Graphs kept per model; the least recently used one goes first.
 MAX_GRAPHS = 64
+# Whether the graphs run the step with its elementwise work fused (cuda_kernels.py) where it applies; False keeps the
+# reference step (benchmarks/benchmark_elmo.py --no-fused-step times the difference).
+FUSED_STEP = True
 
 _GRAPHS = weakref.WeakKeyDictionary()  # ElmoBiLstm -> _GraphCache
 
@@ -71,9 +79,24 @@ def graphed_bilstm_forward(encoder, inputs, mask):
         return encoder(inputs, mask, implementation="reference")
     padded = cache.graphs.get(key)
     if padded is None:
+        fused = FUSED_STEP and cache.fused_failure is None and fused_step_apply(encoder, inputs)
+        implementation = "fused" if fused else "reference"
         try:
-            padded = _PaddedBiLstm(encoder, rows, width, inputs, cache.pool(inputs.device))
-        except RuntimeError as error:  # a capture this torch or driver refuses: the plain loop, said once
+            padded = _PaddedBiLstm(encoder, rows, width, inputs, cache.pool(inputs.device), implementation)
+        except Exception as error:
+            if implementation == "fused":
+                # Triton missing a piece, or a kernel this GPU cannot compile: this model's graphs take the reference
+                # step from now on (a capture that fails for other reasons fails again there, and is handled below).
+                cache.fused_failure = error
+                warnings.warn(
+                    f"the fused LSTM step failed ({str(error).splitlines()[0]}); this model's CUDA graphs run the "
+                    f"reference step instead",
+                    stacklevel=2,
+                )
+                return graphed_bilstm_forward(encoder, inputs, mask)
+            if not isinstance(error, RuntimeError):
+                raise
+            # A capture this torch or driver refuses: the plain loop, said once.
             cache.failure = error
             warnings.warn(
                 f"CUDA graph capture of the biLSTM failed ({str(error).splitlines()[0]}); this model runs the plain "
@@ -97,6 +120,7 @@ class _GraphCache:
         self.graphs = collections.OrderedDict()  # shape key -> _PaddedBiLstm
         self.pools = {}  # device -> graph pool handle
         self.failure = None  # the error of a capture that failed: the model then runs the plain loop
+        self.fused_failure = None  # the error of the fused step (cuda_kernels.py): the graphs then run the reference
 
     def pool(self, device):
         if device.type != "cuda":
@@ -110,12 +134,15 @@ class _PaddedBiLstm:
     """`ElmoBiLstm.forward` on a batch padded to `(rows, width)`, captured as a CUDA graph when `like` is on a CUDA
     device (run eagerly elsewhere), with the static input and output tensors the graph reads and writes."""
 
-    def __init__(self, encoder, rows, width, like, pool=None):
+    def __init__(self, encoder, rows, width, like, pool=None, implementation="reference"):
+        self.implementation = implementation  # "fused" or "reference": `ElmoBiLstm.forward`'s step
         self.inputs = like.new_zeros(rows, width, like.shape[-1])  # (rows, width, projection_dim)
         self.mask = torch.zeros(rows, width, dtype=torch.bool, device=like.device)
         self.graph = None
         if like.is_cuda:
             self.graph = self._capture(encoder, like.device, pool)
+        else:  # the capture's first run, as on a GPU: a step that cannot run fails here, at construction
+            encoder(self.inputs, self.mask, implementation=self.implementation)
 
     def _capture(self, encoder, device, pool):
         # A first run outside the graph, on a side stream as PyTorch's capture needs: it loads the kernels and lets
@@ -123,11 +150,11 @@ class _PaddedBiLstm:
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
-            encoder(self.inputs, self.mask, implementation="reference")
+            encoder(self.inputs, self.mask, implementation=self.implementation)
         torch.cuda.current_stream(device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
-            self.outputs = encoder(self.inputs, self.mask, implementation="reference")
+            self.outputs = encoder(self.inputs, self.mask, implementation=self.implementation)
         return graph
 
     def run(self, encoder, inputs, mask):
@@ -137,7 +164,7 @@ class _PaddedBiLstm:
         self.mask.zero_()
         self.mask[:batch, :words] = mask
         if self.graph is None:
-            self.outputs = encoder(self.inputs, self.mask, implementation="reference")
+            self.outputs = encoder(self.inputs, self.mask, implementation=self.implementation)
         else:
             self.graph.replay()
         layers, (cells, hiddens) = self.outputs

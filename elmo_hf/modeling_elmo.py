@@ -12,6 +12,7 @@ Weights converted from the original TensorFlow files use PyTorch conventions (ga
 forget bias): every TensorFlow quirk is undone once, by the converter's key table (`original_tf.py`).
 """
 
+import functools
 import importlib
 import math
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from .cpu_kernels import (
     reverse_words_index,
 )
 from .cuda_graphs import cuda_graphs_apply, graphed_bilstm_forward
+from .cuda_kernels import fused_layer_forward
 from .lstm_training_kernel import bilstm_training_forward
 
 
@@ -242,8 +244,9 @@ class ElmoBiLstm(nn.Module):
             dropout (float): dropout probability on every layer's input (the residual adds the dropped input).
             implementation (str): `config.lstm_implementation`. This readable loop runs for "reference" and for
                 "auto" without gradients; "packed", and "auto" under autograd, run the same math on packed steps with
-                a hand-written backward (`lstm_training_kernel.py`). It must stay scriptable (`torch.jit.script`):
-                the ONNX export compiles `ElmoBiLstmLayer` with it.
+                a hand-written backward (`lstm_training_kernel.py`); "fused" (internal: the CUDA graphs' choice)
+                runs this loop with each step's elementwise work in two Triton kernels (`cuda_kernels.py`). The ONNX
+                export compiles `ElmoBiLstmLayer` with `torch.jit.script`: its forward must stay scriptable.
 
         Returns:
             a list with each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at
@@ -264,7 +267,9 @@ class ElmoBiLstm(nn.Module):
         for index, layer in enumerate(self.layers):
             if dropout:
                 layer_input = F.dropout(layer_input, dropout, training=True)
-            output, (cell, hidden) = layer(layer_input, mask, cells[index], hiddens[index])  # (2, batch, words, proj)
+            # output: (2, batch, words, projection_dim); "fused": the same step, its elementwise work fused
+            run_layer = functools.partial(fused_layer_forward, layer) if implementation == "fused" else layer
+            output, (cell, hidden) = run_layer(layer_input, mask, cells[index], hiddens[index])
             if self.use_skip_connections and index > 0:
                 output = output + layer_input
             # The backward outputs read back in word order: (batch, words, 2 * projection_dim).

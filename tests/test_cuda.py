@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import WEIGHT_SETS, assert_close, random_batch, stateful_batches, tiny_model, tiny_model_and_batch
 
-from elmo_hf import cuda_graphs
+from elmo_hf import cuda_graphs, cuda_kernels
 from elmo_hf.original_tf import convert_hdf5
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
@@ -99,21 +99,33 @@ def test_cuda_graphs_in_float32_and_bfloat16(dtype, tolerance):
         replayed = model(input_ids, output_hidden_states=True).hidden_states
         model.config.lstm_implementation = "reference"
         plain = model(input_ids, output_hidden_states=True).hidden_states
+    # Triton comes with PyTorch's CUDA wheels: the graphs run the fused step (cuda_kernels.py).
+    assert {padded.implementation for padded in cuda_graphs._GRAPHS[model.encoder].graphs.values()} == {"fused"}
     for plain_layer, graph_layer in zip(plain, replayed):
         assert graph_layer.dtype == dtype
         torch.testing.assert_close(graph_layer.float(), plain_layer.float(), rtol=0, atol=tolerance)
 
 
-def test_cuda_graphs_apply_only_to_plain_inference():
-    token_layer = torch.zeros(2, 3, 4, device="cuda")
-    states = (torch.zeros(1), torch.zeros(1))
+def test_cuda_fused_step_on_a_wide_cell_as_close_to_float64_as_the_reference_step():
+    """The compiled kernels with several programs per row (a cell of 1,100 columns, clips on): in float32 they are as
+    close to the float64 reference as the float32 reference step is."""
+    model = tiny_model(seed=18, lstm_dim=1100, projection_dim=40).to("cuda")
+    layer = model.encoder.layers[0]
+    generator = torch.Generator().manual_seed(18)
+    lengths = torch.tensor([9, 1, 0, 5])
+    mask = (torch.arange(9).unsqueeze(0) < lengths.unsqueeze(1)).to("cuda")
+    inputs = (torch.randn(2, 4, 9, 40, generator=generator) * 3).to("cuda") * mask.unsqueeze(-1)
+    cell, hidden = torch.randn(2, 4, 1100, device="cuda"), torch.randn(2, 4, 40, device="cuda")
     with torch.no_grad():
-        assert cuda_graphs.cuda_graphs_apply(token_layer, None, 0.0, "auto")
-        assert not cuda_graphs.cuda_graphs_apply(token_layer, states, 0.0, "auto")
-        assert not cuda_graphs.cuda_graphs_apply(token_layer, None, 0.1, "auto")
-        assert not cuda_graphs.cuda_graphs_apply(token_layer, None, 0.0, "reference")
-        assert not cuda_graphs.cuda_graphs_apply(token_layer.cpu(), None, 0.0, "auto")
-    assert not cuda_graphs.cuda_graphs_apply(token_layer, None, 0.0, "auto")  # autograd on
+        reference, (reference_cell, _) = layer(inputs, mask, cell, hidden)
+        fused, (fused_cell, _) = cuda_kernels.fused_layer_forward(layer, inputs, mask, cell, hidden)
+        exact, (exact_cell, _) = layer.double()(inputs.double(), mask, cell.double(), hidden.double())
+    assert (fused.double() - exact).abs().max() <= 2 * (reference.double() - exact).abs().max() + 1e-6
+    assert (fused_cell.double() - exact_cell).abs().max() <= 2 * (
+        reference_cell.double() - exact_cell
+    ).abs().max() + 1e-6
+    assert not fused[:, ~mask].any()
+    torch.testing.assert_close(fused_cell[:, 2], cell[:, 2], rtol=0, atol=0)  # the empty row keeps its state
 
 
 def test_cuda_graphs_of_a_second_model_after_the_first_is_freed():

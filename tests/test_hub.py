@@ -32,6 +32,7 @@ CODE_FILES = {
     "modeling_elmo.py",
     "cpu_kernels.py",
     "cuda_graphs.py",
+    "cuda_kernels.py",
     "lstm_training_kernel.py",
     "tokenization_elmo.py",
     "char_ids.py",
