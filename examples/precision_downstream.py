@@ -9,7 +9,8 @@ For each mode the biLM's layers of every sentence are computed once (kept in `--
 `task_input_study.py` trains and scores the head on them (its variant fields; the scalar mix, task words and dropouts
 of the recipe unless the variant says otherwise). Prints a JSON line per mode and a table of test accuracy against
 float32's. The layers' own deviation from float32 (largest difference, lowest cosine per word) is printed beside
-them.
+them. `--served` adds, per faster mode, the head trained on float32's layers and scored on that mode's (a head
+trained once and served in the faster mode).
 """
 
 import argparse
@@ -56,6 +57,9 @@ def main(argv=None):
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--data-dir", default="outputs/downstream-data")
     parser.add_argument("--work-dir", default="outputs/precision-downstream")
+    parser.add_argument(
+        "--served", action="store_true", help="also score the float32-trained head on each faster mode's layers"
+    )
     args = parser.parse_args(argv)
     if "float32" not in args.modes:
         raise ValueError(f"--modes {' '.join(args.modes)}: float32 is the reference and must be among them")
@@ -91,13 +95,21 @@ def main(argv=None):
         rows[mode] = {**result, "mode": mode, "layer_seconds": round(layer_seconds)}
         rows[mode].update(largest_difference=largest, lowest_cosine=lowest_cosine)
         print(json.dumps(rows[mode]), flush=True)
+        if args.served and mode != "float32":
+            served = study.main(
+                ["--task", args.task, "--cache", os.path.join(args.work_dir, f"{args.task}-float32.pt")]
+                + ["--score-cache", cache, "--seeds", *map(str, args.seeds), "--variant", variant]
+                + ["--data-dir", args.data_dir]
+            )
+            rows[f"{mode}, float32-trained head"] = {**rows[mode], **served, "mode": f"{mode} (served)"}
+            print(json.dumps(rows[f"{mode}, float32-trained head"]), flush=True)
 
     exact = sum(rows["float32"]["test"]) / len(args.seeds)
     print(f"\n{args.task}, seeds {args.seeds}, test accuracy (dev-selected epoch):")
     for mode, row in rows.items():
         mean = sum(row["test"]) / len(args.seeds)
         print(
-            f"  {mode:9s} {100 * mean:6.2f}  ({100 * (mean - exact):+.2f} points vs float32; layers: largest "
+            f"  {mode:30s} {100 * mean:6.2f}  ({100 * (mean - exact):+.2f} points vs float32; layers: largest "
             f"difference {row['largest_difference']:.2e}, lowest cosine per word {row['lowest_cosine']:.6f})"
         )
     return rows

@@ -96,9 +96,11 @@ def batches(task, words, labels, layers, tokenizer, indices, batch_size, rng=Non
         yield encoding["input_ids"], encoding["attention_mask"], states, targets
 
 
-def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_config):
+def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_config, score_layers=None):
     """Trains one head; returns (best dev accuracy, its test accuracy, its epoch). `layers` is None when the biLM is
-    fine-tuned."""
+    fine-tuned; the dev and test passes read `score_layers` where given (the same sentences' layers computed another
+    way, e.g. in bfloat16), else `layers`."""
+    score_layers = layers if score_layers is None else score_layers
     options = {
         **DEFAULTS[task],
         "batch_size": 32,
@@ -155,7 +157,7 @@ def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_confi
             for split in ("dev", "test"):
                 correct = total = 0
                 for input_ids, mask, states, targets in batches(
-                    task, words[split], labels[split], layers[split], tokenizer, range(len(words[split])), 128
+                    task, words[split], labels[split], score_layers[split], tokenizer, range(len(words[split])), 128
                 ):
                     predicted = model(
                         input_ids=input_ids, attention_mask=mask, elmo_hidden_states=states
@@ -177,6 +179,11 @@ def main(argv=None):
     parser.add_argument("--baseline", action="store_true", help="print the scikit-learn baseline instead")
     parser.add_argument("--data-dir", default="outputs/downstream-data")
     parser.add_argument("--cache", help="keep the biLM's layers in this file (computed once)")
+    parser.add_argument(
+        "--score-cache",
+        help="score dev and test on the layers in this file instead (a --cache file of the same task, computed in "
+        "another mode): a head trained on one mode's layers, served on another's",
+    )
     parser.add_argument("--output", help="append the JSON line to this file")
     args = parser.parse_args(argv)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -198,12 +205,15 @@ def main(argv=None):
             if args.cache:
                 torch.save(layers, args.cache)
         bilm_config = ElmoConfig.from_pretrained(DEFAULT_MODEL)
+        score_layers = torch.load(args.score_cache) if args.score_cache else None
         runs = [
-            run(args.task, variant, seed, words, labels, layers, names, tokenizer, bilm_config) for seed in args.seeds
+            run(args.task, variant, seed, words, labels, layers, names, tokenizer, bilm_config, score_layers)
+            for seed in args.seeds
         ]
         result = {
             "task": args.task,
             "variant": variant,
+            **({"score_cache": args.score_cache} if args.score_cache else {}),
             "seeds": args.seeds,
             "dev": [r[0] for r in runs],
             "test": [r[1] for r in runs],

@@ -3,6 +3,7 @@ vaderSentiment sdist (built here, so nothing is fetched), a tiny biLM, every row
 
 import io
 import json
+import sys
 import tarfile
 import zipfile
 
@@ -253,3 +254,16 @@ def test_the_faster_modes_train_the_same_head_on_their_own_layers(data_dir, tmp_
         assert 0.0 <= rows[mode]["test"][0] <= 1.0
     with pytest.raises(ValueError, match="^--modes int8: float32 is the reference and must be among them$"):
         precision_downstream.main([*arguments, "--modes", "int8"])
+    # --served: the float32-trained head scored on bfloat16's layers (the caches above are reused)
+    served = precision_downstream.main([*arguments, "--modes", "float32", "bfloat16", "--served"])
+    assert list(served) == ["float32", "bfloat16", "bfloat16, float32-trained head"]
+    assert served["bfloat16, float32-trained head"]["score_cache"] == str(work_dir / "pos-bfloat16.pt")
+    # scored on float32's own layers through --score-cache, the same head gives the float32 row exactly
+    study = sys.modules["task_input_study"]
+    float32_cache = str(work_dir / "pos-float32.pt")
+    variant = json.dumps({**precision_downstream.RECIPE, "epochs": 1})
+    same = study.main(
+        ["--task", "pos", "--data-dir", str(data_dir), "--cache", float32_cache, "--score-cache", float32_cache]
+        + ["--variant", variant]
+    )
+    assert (same["dev"], same["test"]) == (rows["float32"]["dev"], rows["float32"]["test"])
