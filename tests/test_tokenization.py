@@ -185,3 +185,21 @@ def test_trainer_copies_no_boundary_row_into_the_model_config():
     )
     align_special_tokens(model, tokenizer)
     assert getattr(model.config, "eos_token_id", None) is None and getattr(model.config, "bos_token_id", None) is None
+
+
+def test_ids_as_python_ints_and_as_tensors_are_bilm_tf_s_and_tensors_are_the_caller_s():
+    """Rows of repeated words come from a cache of arrays: the ids stay bilm-tf's, lists hold Python ints, and
+    writing into a returned tensor or array changes no later encoding."""
+    tokenizer = ElmoTokenizer()
+    sentences = [["the", "cat", "the"], ["émigré", "cat"]]
+    expected = [[list(word_to_char_ids(word)) for word in ["<S>", *words, "</S>"]] for words in sentences]
+    expected[1] += [[0] * 50]  # padding to the longer sentence
+    as_lists = tokenizer(sentences, is_split_into_words=True, padding=True)["input_ids"]
+    assert as_lists == expected and all(type(i) is int for row in as_lists[0] for i in row)
+    for return_tensors in ("pt", "np"):
+        ids = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors=return_tensors)["input_ids"]
+        assert ids.dtype in (torch.int64, np.int64) and ids.tolist() == expected
+        ids[:] = 7
+    assert tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")["input_ids"].tolist() == (
+        expected
+    )
