@@ -10,7 +10,10 @@ For each mode the biLM's layers of every sentence are computed once (kept in `--
 of the recipe unless the variant says otherwise). Prints a JSON line per mode and a table of test accuracy against
 float32's. The layers' own deviation from float32 (largest difference, lowest cosine per word) is printed beside
 them. `--served` adds, per faster mode, the head trained on float32's layers and scored on that mode's (a head
-trained once and served in the faster mode).
+trained once and served in the faster mode). The mode `noise` is a control, not a way to run the model: float32's
+layers plus seeded Gaussian noise with, per biLM layer, the standard deviation of bfloat16's difference from float32
+(it needs `bfloat16` among the modes, before it): a head trained on it shows what any input perturbation of that size
+does to training.
 """
 
 import argparse
@@ -24,7 +27,7 @@ import torch
 
 from elmo_hf import DEFAULT_MODEL, ElmoModel, ElmoTokenizer
 
-MODES = ("float32", "bfloat16", "int8")
+MODES = ("float32", "bfloat16", "int8", "noise")
 RECIPE = {"scalar_mix_dropout": 0.0, "classifier_dropout": 0.3}  # examples/README.md's recipes
 
 
@@ -36,6 +39,18 @@ def bilm_in_mode(mode):
     if mode == "int8":
         model.quantize_weights("int8")
     return model
+
+
+def noisy_layers(exact, rounded, seed):
+    """`exact`'s layers ({split: [(layers, words, dim)]}) plus Gaussian noise whose standard deviation per biLM layer
+    is that of `rounded - exact` over every word of every split."""
+    differences = [(r.float() - e.float()) for split in exact for e, r in zip(exact[split], rounded[split])]
+    std = torch.cat([difference.flatten(1) for difference in differences], dim=1).std(dim=1)  # (layers,)
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        split: [e + torch.randn(e.shape, generator=generator) * std.view(-1, 1, 1) for e in exact[split]]
+        for split in exact
+    }
 
 
 def layer_deviation(layers, reference):
@@ -69,11 +84,18 @@ def main(argv=None):
     words, _, _, _ = study.load_task(args.task, args.data_dir, tokenizer)
     variant = json.dumps({**RECIPE, **json.loads(args.variant)})
 
-    rows = {}
+    if "noise" in args.modes and (
+        "bfloat16" not in args.modes or args.modes.index("noise") < args.modes.index("bfloat16")
+    ):
+        raise ValueError("--modes: noise takes the size of bfloat16's deviation, so bfloat16 must come before it")
+    rows, mode_layers = {}, {}
     for mode in ["float32", *(mode for mode in args.modes if mode != "float32")]:
         cache = os.path.join(args.work_dir, f"{args.task}-{mode}.pt")
         start = time.time()
-        if os.path.exists(cache):
+        if mode == "noise":
+            layers = noisy_layers(mode_layers["float32"], mode_layers["bfloat16"], seed=0)
+            torch.save(layers, cache)
+        elif os.path.exists(cache):
             layers = torch.load(cache)
         else:
             model = bilm_in_mode(mode)
@@ -83,6 +105,7 @@ def main(argv=None):
             }
             torch.save(layers, cache)
         layer_seconds = time.time() - start
+        mode_layers[mode] = layers
         result = study.main(
             ["--task", args.task, "--cache", cache, "--seeds", *map(str, args.seeds), "--variant", variant]
             + ["--data-dir", args.data_dir]

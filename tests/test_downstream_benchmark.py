@@ -267,3 +267,14 @@ def test_the_faster_modes_train_the_same_head_on_their_own_layers(data_dir, tmp_
         + ["--variant", variant]
     )
     assert (same["dev"], same["test"]) == (rows["float32"]["dev"], rows["float32"]["test"])
+    # the noise control: float32's layers plus noise the size of bfloat16's deviation, layer by layer
+    controlled = precision_downstream.main([*arguments, "--modes", "float32", "bfloat16", "noise"])
+    exact, rounded = (torch.load(work_dir / f"pos-{mode}.pt") for mode in ("float32", "bfloat16"))
+    noisy = torch.load(work_dir / "pos-noise.pt")
+    for layer in range(exact["train"][0].shape[0]):
+        rounding = torch.cat([(r[layer] - e[layer]).flatten() for e, r in zip(exact["train"], rounded["train"])])
+        noise = torch.cat([(n[layer] - e[layer]).flatten() for e, n in zip(exact["train"], noisy["train"])])
+        assert 0.5 < float(noise.std() / rounding.std()) < 2.0
+    assert 0.0 < controlled["noise"]["largest_difference"] < 1.0
+    with pytest.raises(ValueError, match="^--modes: noise takes the size of bfloat16's deviation"):
+        precision_downstream.main([*arguments, "--modes", "float32", "noise"])
