@@ -172,7 +172,7 @@ if triton is not None:
         row_memory = memory + ((direction * SPLITS + split) * batch + batch_row) * split_width + split_column
         tl.store(row_memory, (output_gate * _tanh(new_cell)).to(memory.dtype.element_ty), mask=inside)
         # A padded row keeps its cell: no column of it is stored.
-        stored_columns = tl.where(tl.load(running + row % batch) != 0, lstm_dim, 0)
+        stored_columns = tl.where(tl.load(running + batch_row) != 0, lstm_dim, 0)
         tl.store(row_cell, new_cell.to(cell.dtype.element_ty), mask=columns < stored_columns)
 
     @triton.jit
@@ -202,7 +202,7 @@ if triton is not None:
             new_hidden += tl.load(shares + split * batch * projection_dim, mask=inside).to(tl.float32)
         if HAS_CLIP:
             new_hidden = tl.minimum(tl.maximum(new_hidden, -proj_clip), proj_clip)
-        is_running = tl.load(running + row % batch) != 0
+        is_running = tl.load(running + batch_row) != 0
         # A padded row keeps its hidden state (no column stored) and outputs zeros.
         stored_columns = tl.where(is_running, projection_dim, 0)
         row_hidden = hidden + row * projection_dim + columns

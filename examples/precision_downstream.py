@@ -105,7 +105,8 @@ def main(argv=None):
             }
             torch.save(layers, cache)
         layer_seconds = time.time() - start
-        mode_layers[mode] = layers
+        if mode in ("float32", "bfloat16"):  # what the noise control is made from; others are not kept
+            mode_layers[mode] = layers
         result = study.main(
             ["--task", args.task, "--cache", cache, "--seeds", *map(str, args.seeds), "--variant", variant]
             + ["--data-dir", args.data_dir]
