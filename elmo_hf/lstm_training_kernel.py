@@ -3,13 +3,15 @@
 `ElmoBiLstm.forward` (modeling_elmo.py) is the readable definition; under autograd it records about twenty nodes per
 word and steps every padded position. `bilstm_training_forward` computes the same values on the packed layout of
 `packed_steps.py` (rows sorted longest first, each step holding only the rows still running, so padding costs
-nothing), and each layer's recurrence is one autograd node, `_PackedLstmRecurrence`, whose backward:
+nothing), and each layer (its input product and its recurrence) is one autograd node, `_PackedLstmRecurrence`,
+whose backward:
 
 - walks the steps in reverse with two small products per step (into the previous hidden state and into the cell
   output) and six elementwise operations, with the factors that do not depend on the carried gradient (the gate
   derivatives, the clip masks, tanh of the cell) computed once for all steps beforehand;
 - computes the gradients of the recurrent weight `U` and the projection `P` once, as two large products over every
-  packed position, where autograd does one small product per step.
+  packed position, where autograd does one small product per step, and those of the input, `W` and `b` as
+  autograd would.
 
 It is the same arithmetic: the outputs differ from the reference only by rounding, the gradients only by summation
 order (`tests/test_lstm_training_kernel.py` compares both in float64). `ElmoBiLstm.forward` uses it whenever a
@@ -106,10 +108,11 @@ def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0, 
     for index, layer in enumerate(encoder.layers):
         if dropout:
             layer_input = F.dropout(layer_input, dropout, training=True)
-        gate_inputs = layer.input_gates(layer_input)  # (2, valid, 4 * lstm_dim)
         initial_cell, initial_hidden = cells[index], hiddens[index]  # (2, batch, dim), the batch's row order
-        output, cell_states, _ = _PackedLstmRecurrence.apply(
-            gate_inputs,
+        output, cell_states = _PackedLstmRecurrence.apply(
+            layer_input,
+            layer.input_weight,
+            layer.bias,
             layer.recurrent_weight,
             layer.projection_weight,
             initial_cell[:, steps.order],
@@ -130,21 +133,28 @@ def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0, 
 
 class _PackedLstmRecurrence(torch.autograd.Function):
     r"""
-    One `ElmoBiLstmLayer`'s recurrence on packed steps (`PackedSteps`), both directions at once.
+    One `ElmoBiLstmLayer` on packed steps (`PackedSteps`), both directions at once: its input product and its
+    recurrence.
 
-    Inputs: `gate_inputs` `(2, valid, 4 * lstm_dim)` (`x W + b`, packed), the weights `U` `(2, projection_dim, 4 *
-    lstm_dim)` and `P` `(2, lstm_dim, projection_dim)`, the initial cell `(2, batch, lstm_dim)` and hidden `(2, batch,
-    projection_dim)` in `steps.order`, the `PackedSteps`, the clips, and whether the initial state is all zeros.
+    Inputs: the layer's input `(2, valid, input_dim)` (packed), the weights `W` `(2, input_dim, 4 * lstm_dim)`, `b`
+    `(2, 4 * lstm_dim)`, `U` `(2, projection_dim, 4 * lstm_dim)` and `P` `(2, lstm_dim, projection_dim)`, the initial
+    cell `(2, batch, lstm_dim)` and hidden `(2, batch, projection_dim)` in `steps.order`, the `PackedSteps`, the
+    clips, and whether the initial state is all zeros.
 
-    Outputs: the hidden state after each packed position `(2, valid, projection_dim)` (the layer's output, clipped),
-    the cell state `(2, valid, lstm_dim)` (clipped), and `gate_inputs` itself, overwritten by the gate activations
-    (marked dirty and non-differentiable: no other node may read it).
+    Outputs: the hidden state after each packed position `(2, valid, projection_dim)` (the layer's output, clipped)
+    and the cell state `(2, valid, lstm_dim)` (clipped).
+
+    The gate inputs `x W + b` and their gradients (the largest tensors of a layer, `(2, valid, 4 * lstm_dim)`) live in
+    the pool's warm buffers: computed by autograd's `baddbmm`, each was a fresh allocation written in full twice (the
+    broadcast bias, then the product), and its gradient another.
     """
 
     @staticmethod
     def forward(
         ctx,
-        gate_inputs,
+        layer_input,
+        input_weight,
+        bias,
         recurrent_weight,
         projection_weight,
         initial_cell,
@@ -154,16 +164,29 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         proj_clip,
         zero_state,
     ):
-        _, valid, four_lstm_dim = gate_inputs.shape
+        _, valid, _ = layer_input.shape
+        four_lstm_dim = input_weight.shape[-1]
         lstm_dim = four_lstm_dim // 4
         # Each step is `modeling_elmo.lstm_cell_step` (the one definition of the cell), fused in place: written as a
         # call to it, allocating its results at every step, the forward ran 8% slower and the whole recurrence 6%
         # (AMD EPYC, shipped size, batch 64), and its activations would have to be recomputed for the backward.
         # tests/test_lstm_training_kernel.py holds this forward and its backward to autograd through that function.
         # Kept for the backward: the gate activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) side by side,
-        # written over the gate inputs (no other node needs them); the cell before and after its clip; the projection
-        # before and after its clip (the output).
-        activations = gate_inputs
+        # written over the gate inputs; the cell before and after its clip; the projection before and after its clip
+        # (the output).
+        # tanh(x) = 2 sigmoid(2 x) - 1 throughout: PyTorch's CPU tanh ran 5.5x slower than its sigmoid (AMD EPYC,
+        # AVX-512, torch 2.13). With the candidate's pre-activation doubled (its columns of W, b and U, in copies),
+        # one sigmoid covers the four gates.
+        candidate = slice(2 * lstm_dim, 3 * lstm_dim)
+        doubled_input_weight, doubled_bias, doubled_recurrent_weight = (
+            input_weight.clone(),
+            bias.unsqueeze(1).clone(),  # (2, 1, 4 * lstm_dim)
+            recurrent_weight.clone(),
+        )
+        for weight in (doubled_input_weight, doubled_bias, doubled_recurrent_weight):
+            weight[..., candidate] *= 2
+        # The input's share of every step's gates, x W (the bias joins each step's slice while it is in cache).
+        activations = torch.bmm(layer_input, doubled_input_weight, out=_POOL.take((2, valid, four_lstm_dim), bias))
         cells = initial_cell.new_empty(2, valid, lstm_dim)
         unclipped_cells = cells if cell_clip is None else _POOL.take((2, valid, lstm_dim), cells)
         cell_tanhs = _POOL.take(cells.shape, cells)  # tanh(clipped cell), for the backward
@@ -171,16 +194,10 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         projected = outputs if proj_clip is None else _POOL.take(outputs.shape, outputs)
         cell, hidden, start = initial_cell, initial_hidden, 0
         memory_buffer = cells.new_empty(2, initial_cell.shape[1], lstm_dim)  # reused by every step
-        # tanh(x) = 2 sigmoid(2 x) - 1 throughout: PyTorch's CPU tanh ran 5.5x slower than its sigmoid (AMD EPYC,
-        # AVX-512, torch 2.13). With the candidate's pre-activation doubled (its share of the gate inputs here, of U
-        # in a copy), one sigmoid covers the four gates.
-        candidate = slice(2 * lstm_dim, 3 * lstm_dim)
-        activations[..., candidate] *= 2
-        doubled_recurrent_weight = recurrent_weight.clone()
-        doubled_recurrent_weight[..., candidate] *= 2
         for active in steps.batch_sizes:
             rows = slice(start, start + active)
             gates = activations[:, rows]  # (2, active, 4 * lstm_dim)
+            gates.add_(doubled_bias)  # x W + b, rounded as autograd's baddbmm(b, x, W) rounds it
             if start or not zero_state:  # (from a zero state, hidden @ U is exactly 0)
                 gates.baddbmm_(hidden[:, :active], doubled_recurrent_weight)
             gates.sigmoid_()  # input, forget and output gates
@@ -199,12 +216,15 @@ class _PackedLstmRecurrence(torch.autograd.Function):
             cell, hidden, start = new_cell, new_hidden, start + active
         ctx.steps, ctx.clips = steps, (cell_clip, proj_clip)
         ctx.lease = _Lease(
-            cell_tanhs, None if cell_clip is None else unclipped_cells, None if proj_clip is None else projected
+            activations,
+            cell_tanhs,
+            None if cell_clip is None else unclipped_cells,
+            None if proj_clip is None else projected,
         )
         ctx.set_materialize_grads(False)
-        ctx.mark_dirty(gate_inputs)
-        ctx.mark_non_differentiable(activations)
         ctx.save_for_backward(
+            layer_input,
+            input_weight,
             recurrent_weight,
             projection_weight,
             activations,
@@ -216,11 +236,13 @@ class _PackedLstmRecurrence(torch.autograd.Function):
             initial_cell,
             initial_hidden,
         )
-        return outputs, cells, activations
+        return outputs, cells
 
     @staticmethod
-    def backward(ctx, outputs_grad, cells_grad, _):
+    def backward(ctx, outputs_grad, cells_grad):
         (
+            layer_input,
+            input_weight,
             recurrent_weight,
             projection_weight,
             activations,
@@ -268,7 +290,7 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         if hidden_mask is not None:
             projected_grads.mul_(hidden_mask)
         # Each step turns its factors into its gate gradients in place: gate_factors becomes the gradient of the gate
-        # pre-activations, (2, valid, 4 * lstm_dim), which autograd receives (so it is not given back to the pool).
+        # pre-activations, (2, valid, 4 * lstm_dim).
         gate_grads = gate_factors
         ifg_grads = gate_grads.view(2, valid, 4, lstm_dim)[:, :, :3]  # the input, forget and candidate gates
         # The gradient reaching the state before the current step, from this step's products; rows past a step's
@@ -293,26 +315,39 @@ class _PackedLstmRecurrence(torch.autograd.Function):
                 cell_grad.mul_(cell_mask[:, rows])  # of the cell before its clip
             ifg_grads[:, rows].mul_(cell_grad.unsqueeze(2))
             output_factor[:, rows].mul_(memory_grad)
-            if start == 0 and not any(ctx.needs_input_grad[3:5]):
+            if start == 0 and not any(ctx.needs_input_grad[5:7]):
                 break  # the initial state (zeros, or given without a gradient) needs none
             torch.bmm(gate_grads[:, rows], recurrent_weight_t, out=hidden_carry[:, :active])
             torch.mul(cell_grad, forget_act[:, rows], out=cell_carry[:, :active])
 
-        # The weight gradients, each one product over every packed position.
+        # The weight gradients, each one product over every packed position, and the input's.
         previous_hiddens = torch.index_select(
             torch.cat([outputs, initial_hidden], dim=1), 1, steps.previous_index, out=_POOL.take(outputs.shape, outputs)
         )
         recurrent_weight_grad = torch.bmm(previous_hiddens.transpose(1, 2), gate_grads)
         projection_weight_grad = torch.bmm(memories.transpose(1, 2), projected_grads)
+        input_needs, input_weight_needs, bias_needs = ctx.needs_input_grad[:3]
+        input_grad = torch.bmm(gate_grads, input_weight.transpose(1, 2)) if input_needs else None
+        input_weight_grad = torch.bmm(layer_input.transpose(1, 2), gate_grads) if input_weight_needs else None
+        bias_grad = gate_grads.sum(dim=1) if bias_needs else None
         _POOL.give_back(
-            previous_cells, memories, memory_to_cell, projected_grads, previous_hiddens, hidden_mask, cell_mask
+            previous_cells,
+            memories,
+            memory_to_cell,
+            projected_grads,
+            previous_hiddens,
+            hidden_mask,
+            cell_mask,
+            gate_grads,
         )
         return (
-            gate_grads,
+            input_grad,
+            input_weight_grad,
+            bias_grad,
             recurrent_weight_grad,
             projection_weight_grad,
-            cell_carry if ctx.needs_input_grad[3] else None,
-            hidden_carry if ctx.needs_input_grad[4] else None,
+            cell_carry if ctx.needs_input_grad[5] else None,
+            hidden_carry if ctx.needs_input_grad[6] else None,
             None,
             None,
             None,

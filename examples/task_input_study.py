@@ -96,10 +96,10 @@ def batches(task, words, labels, layers, tokenizer, indices, batch_size, rng=Non
         yield encoding["input_ids"], encoding["attention_mask"], states, targets
 
 
-def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_config, score_layers=None):
+def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_config, score_layers=None, bilm=DEFAULT_MODEL):
     """Trains one head; returns (best dev accuracy, its test accuracy, its epoch). `layers` is None when the biLM is
     fine-tuned; the dev and test passes read `score_layers` where given (the same sentences' layers computed another
-    way, e.g. in bfloat16), else `layers`."""
+    way, e.g. in bfloat16), else `layers`. `bilm` is the biLM's directory (its softmax starts the task words)."""
     score_layers = layers if score_layers is None else score_layers
     options = {
         **DEFAULTS[task],
@@ -124,7 +124,7 @@ def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_confi
             pretrained = read_word_vectors(word_vectors)
             options["task_word_embedding_dim"] = len(next(iter(pretrained.values())))
         elif from_bilm:
-            pretrained = ElmoWordVocabulary.from_pretrained(DEFAULT_MODEL).words[len(WORD_VOCAB_HEAD) :]
+            pretrained = ElmoWordVocabulary.from_pretrained(bilm).words[len(WORD_VOCAB_HEAD) :]
             options.setdefault("task_word_embedding_dim", bilm_config.projection_dim)
         if pretrained_vocab:  # the words with a pretrained vector join the training words
             known = set(vocab)
@@ -135,9 +135,9 @@ def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_confi
     torch.manual_seed(seed)
     model = (ElmoForTokenClassification if task == "pos" else ElmoForSequenceClassification)(config)
     if min_count and (word_vectors or from_bilm):
-        initialise_task_words(model, vectors_file=word_vectors or None, bilm_path=DEFAULT_MODEL)
+        initialise_task_words(model, vectors_file=word_vectors or None, bilm_path=bilm)
     if not config.freeze_bilm:
-        model.elmo.load_state_dict(ElmoModel.from_pretrained(DEFAULT_MODEL).state_dict())
+        model.elmo.load_state_dict(ElmoModel.from_pretrained(bilm).state_dict())
     bilm_parameters = {id(p) for p in model.elmo.parameters()}
     head = [p for p in model.parameters() if p.requires_grad and id(p) not in bilm_parameters]
     groups = [{"params": head}] + ([] if config.freeze_bilm else [{"params": model.elmo.parameters(), "lr": bilm_lr}])
@@ -184,10 +184,16 @@ def main(argv=None):
         help="score dev and test on the layers in this file instead (a --cache file of the same task, computed in "
         "another mode): a head trained on one mode's layers, served on another's",
     )
+    parser.add_argument(
+        "--bilm",
+        default=DEFAULT_MODEL,
+        help="the biLM (an ElmoForPreTraining directory), e.g. one fine-tuned on the task's training text by "
+        "run_bilm_pretraining.py (default: the shipped default model)",
+    )
     parser.add_argument("--output", help="append the JSON line to this file")
     args = parser.parse_args(argv)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
-    tokenizer = ElmoTokenizer.from_pretrained(DEFAULT_MODEL)
+    tokenizer = ElmoTokenizer.from_pretrained(args.bilm)
     words, labels, names, splits = load_task(args.task, args.data_dir, tokenizer)
     start = time.time()
     if args.baseline:
@@ -200,19 +206,20 @@ def main(argv=None):
         elif args.cache and os.path.exists(args.cache):
             layers = torch.load(args.cache)
         else:
-            bilm = ElmoModel.from_pretrained(DEFAULT_MODEL).eval()
+            bilm = ElmoModel.from_pretrained(args.bilm).eval()
             layers = {split: benchmark.bilm_layers(bilm, tokenizer, words[split], 64, split) for split in words}
             if args.cache:
                 torch.save(layers, args.cache)
-        bilm_config = ElmoConfig.from_pretrained(DEFAULT_MODEL)
+        bilm_config = ElmoConfig.from_pretrained(args.bilm)
         score_layers = torch.load(args.score_cache) if args.score_cache else None
         runs = [
-            run(args.task, variant, seed, words, labels, layers, names, tokenizer, bilm_config, score_layers)
+            run(args.task, variant, seed, words, labels, layers, names, tokenizer, bilm_config, score_layers, args.bilm)
             for seed in args.seeds
         ]
         result = {
             "task": args.task,
             "variant": variant,
+            **({"bilm": args.bilm} if args.bilm != DEFAULT_MODEL else {}),
             **({"score_cache": args.score_cache} if args.score_cache else {}),
             "seeds": args.seeds,
             "dev": [r[0] for r in runs],
