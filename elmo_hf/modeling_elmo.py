@@ -26,7 +26,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple
 
-from .char_ids import char_ids_to_word
+from .char_ids import char_ids_to_word, distinct_rows
 from .configuration_elmo import ElmoConfig
 from .cpu_kernels import (
     cpu_kernels_apply,
@@ -412,7 +412,7 @@ class ElmoTaskWordEmbedding(nn.Module):
     def word_ids(self, input_ids, mask):
         """`(batch, words, chars)` character ids and their `(batch, words)` mask -> `(batch, words)` rows (0 for
         unknown words and padding); each distinct word is decoded once."""
-        distinct, inverse = torch.unique(input_ids[mask], dim=0, return_inverse=True)  # (distinct, chars)
+        distinct, inverse = distinct_rows(input_ids[mask])  # (distinct, chars)
         rows = []
         for char_ids in distinct.tolist():
             word = char_ids_to_word(char_ids)
@@ -1008,7 +1008,7 @@ class ElmoModel(ElmoPreTrainedModel):
         else:
             encode_words = self.character_encoder if token_cache is None else token_cache
             # Only the real words are encoded, each distinct one once (frequent words repeat); padding stays 0.
-            distinct_words, word_index = torch.unique(input_ids[mask], dim=0, return_inverse=True)
+            distinct_words, word_index = distinct_rows(input_ids[mask])
             words = encode_words(distinct_words)[word_index]  # (real words, projection_dim)
             token_layer = words.new_zeros(*mask.shape, words.shape[-1]).masked_scatter(mask.unsqueeze(-1), words)
             if cuda_graphs_apply(token_layer, lstm_states, lstm_dropout, implementation):

@@ -96,7 +96,9 @@ def batches(task, words, labels, layers, tokenizer, indices, batch_size, rng=Non
         yield encoding["input_ids"], encoding["attention_mask"], states, targets
 
 
-def run(task, variant, seed, words, labels, layers, names, tokenizer, bilm_config, score_layers=None, bilm=DEFAULT_MODEL):
+def run(
+    task, variant, seed, words, labels, layers, names, tokenizer, bilm_config, score_layers=None, bilm=DEFAULT_MODEL
+):
     """Trains one head; returns (best dev accuracy, its test accuracy, its epoch). `layers` is None when the biLM is
     fine-tuned; the dev and test passes read `score_layers` where given (the same sentences' layers computed another
     way, e.g. in bfloat16), else `layers`. `bilm` is the biLM's directory (its softmax starts the task words)."""

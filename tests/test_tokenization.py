@@ -4,7 +4,7 @@ import torch
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
 from elmo_hf import ElmoConfig, ElmoTokenizer
-from elmo_hf.char_ids import word_to_char_ids
+from elmo_hf.char_ids import distinct_rows, word_to_char_ids
 
 
 def ids(*values, length=20):
@@ -203,3 +203,32 @@ def test_ids_as_python_ints_and_as_tensors_are_bilm_tf_s_and_tensors_are_the_cal
     assert tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")["input_ids"].tolist() == (
         expected
     )
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        torch.tensor([[259, 105, 260], [259, 104, 260], [259, 105, 260], [0, 0, 0], [259, 104, 260]]),
+        torch.tensor([[70000, 1], [3, 2], [70000, 1]]),  # ids past 16 bits: torch.unique's own path
+        torch.tensor([[-1, 4], [2, 2], [-1, 4]]),  # negative ids too
+        torch.zeros(0, 50, dtype=torch.long),
+    ],
+)
+def test_distinct_rows_is_torch_unique(rows):
+    """The words' distinct rows and their inverse, row for row and in the same order as torch.unique's (the
+    character CNN encodes them in that order)."""
+    distinct, inverse = distinct_rows(rows)
+    expected, expected_inverse = torch.unique(rows, dim=0, return_inverse=True)
+    assert torch.equal(distinct, expected) and torch.equal(inverse, expected_inverse)
+    assert distinct.dtype == rows.dtype and inverse.dtype == torch.long
+
+
+def test_distinct_rows_of_a_real_batch(tokenizer):
+    """Numeric order, not byte order: ids above 255 (the markers) sort after the bytes, as in torch.unique."""
+    words = "the cat saw the Zebra , 😀 and the cat ran".split()
+    rows = tokenizer([words], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.cat([rows, torch.randint(0, 262, (200, rows.shape[1]), generator=generator)])
+    distinct, inverse = distinct_rows(rows)
+    expected, expected_inverse = torch.unique(rows, dim=0, return_inverse=True)
+    assert torch.equal(distinct, expected) and torch.equal(inverse, expected_inverse)
