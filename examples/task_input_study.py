@@ -8,6 +8,8 @@ baseline, on the public data of `downstream_benchmark.py`.
     python examples/task_input_study.py --task pos --baseline
     python examples/task_input_study.py --task sentiment --variant '{"freeze_bilm": false, "bilm_lr": 3e-4}'
     python examples/task_input_study.py --task pos --variant '{"fraction": 0.01, "word_vectors": "news-vectors.txt"}'
+    python examples/task_input_study.py --task sentiment --write-text outputs/sentiment-text
+    python examples/task_input_study.py --task sentiment --bilm outputs/sentiment-lm   # a biLM fine-tuned on that text
 
 Each run trains an `ElmoForSequenceClassification` / `ElmoForTokenClassification` head (one-layer task biLSTM of 128
 per direction) on the frozen default biLM's layers, computed once per sentence (`--cache` keeps them on disk), with
@@ -173,12 +175,54 @@ def run(
     return best
 
 
+def frozen_layers(args, words, tokenizer):
+    """Each split's biLM layers per sentence, `(layers, tokens, dim)` each, from `args.cache` or computed (and kept
+    there)."""
+    if args.cache and os.path.exists(args.cache):
+        return torch.load(args.cache)
+    bilm = ElmoModel.from_pretrained(args.bilm).eval()
+    layers = {split: benchmark.bilm_layers(bilm, tokenizer, words[split], 64, split) for split in words}
+    if args.cache:
+        torch.save(layers, args.cache)
+    return layers
+
+
+def linear_probe(layers, labels, strengths=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)):
+    """How much of a sentence's label the frozen layers carry linearly: a logistic regression on each layer's mean and
+    maximum over the sentence's positions (standardised on train), its inverse regularisation C chosen on dev.
+    Returns (dev accuracy, test accuracy, C)."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    features = {
+        split: np.stack(
+            [torch.cat([s.float().mean(1), s.float().amax(1)], -1).flatten().numpy() for s in layers[split]]
+        )
+        for split in ("train", "dev", "test")
+    }
+    scaler = StandardScaler().fit(features["train"])
+    features = {split: scaler.transform(values) for split, values in features.items()}
+    best = (-1.0, None, None)
+    for strength in strengths:
+        classifier = LogisticRegression(C=strength, max_iter=2000).fit(features["train"], labels["train"])
+        dev = float(classifier.score(features["dev"], labels["dev"]))
+        if dev > best[0]:
+            best = (dev, float(classifier.score(features["test"], labels["test"])), strength)
+    return best
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=benchmark.TASKS, required=True)
     parser.add_argument("--variant", default="{}", help="a JSON object of head fields and training options")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--baseline", action="store_true", help="print the scikit-learn baseline instead")
+    parser.add_argument(
+        "--linear-probe",
+        action="store_true",
+        help="sentiment: instead, a logistic regression on the frozen layers' mean and max over each sentence",
+    )
     parser.add_argument("--data-dir", default="outputs/downstream-data")
     parser.add_argument("--cache", help="keep the biLM's layers in this file (computed once)")
     parser.add_argument(
@@ -193,25 +237,43 @@ def main(argv=None):
         "run_bilm_pretraining.py (default: the shipped default model)",
     )
     parser.add_argument("--output", help="append the JSON line to this file")
+    parser.add_argument(
+        "--write-text",
+        metavar="DIR",
+        help="instead, write the task's train and dev sentences as DIR/train.txt, DIR/dev.txt (words split by spaces, "
+        "a sentence per line: run_bilm_pretraining.py's input, to fine-tune the biLM on the task's own text)",
+    )
     args = parser.parse_args(argv)
+    if args.linear_probe and args.task != "sentiment":
+        parser.error(f"--linear-probe scores sentence labels: use it with --task sentiment, not {args.task}")
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     tokenizer = ElmoTokenizer.from_pretrained(args.bilm)
     words, labels, names, splits = load_task(args.task, args.data_dir, tokenizer)
+    if args.write_text:
+        os.makedirs(args.write_text, exist_ok=True)
+        for split in ("train", "dev"):
+            with open(os.path.join(args.write_text, f"{split}.txt"), "w", encoding="utf-8") as text:
+                text.writelines(" ".join(sentence) + "\n" for sentence in words[split])
+        return {split: len(words[split]) for split in ("train", "dev")}
     start = time.time()
     if args.baseline:
         scores = (benchmark.feature_tagger_accuracy if args.task == "pos" else benchmark.bag_of_words_accuracy)(splits)
         result = {"task": args.task, "baseline": benchmark.BASELINE_NAMES[args.task], **scores}
+    elif args.linear_probe:
+        dev, test, strength = linear_probe(frozen_layers(args, words, tokenizer), labels)
+        result = {
+            "task": args.task,
+            "linear_probe": "mean and max of each layer",
+            "C": strength,
+            "dev": dev,
+            "test": test,
+        }
     else:
         variant = json.loads(args.variant)
         if not variant.get("freeze_bilm", True):
             layers = {split: None for split in words}  # the biLM runs in the training loop
-        elif args.cache and os.path.exists(args.cache):
-            layers = torch.load(args.cache)
         else:
-            bilm = ElmoModel.from_pretrained(args.bilm).eval()
-            layers = {split: benchmark.bilm_layers(bilm, tokenizer, words[split], 64, split) for split in words}
-            if args.cache:
-                torch.save(layers, args.cache)
+            layers = frozen_layers(args, words, tokenizer)
         bilm_config = ElmoConfig.from_pretrained(args.bilm)
         score_layers = torch.load(args.score_cache) if args.score_cache else None
         runs = [

@@ -3,6 +3,7 @@ vaderSentiment sdist (built here, so nothing is fetched), a tiny biLM, every row
 
 import io
 import json
+import shutil
 import sys
 import tarfile
 import zipfile
@@ -180,6 +181,41 @@ def test_the_task_input_study_runs_and_appends_its_line(data_dir, tmp_path, task
     baseline = task_input_study.main([*common, "--baseline"])
     assert 0.0 <= baseline["test"] <= 1.0
     assert [json.loads(line) for line in output.read_text().splitlines()] == [result, baseline]
+
+
+def test_the_task_input_study_writes_the_task_text_and_reads_another_biLM(data_dir, tmp_path, one_thread, monkeypatch):
+    """--write-text gives run_bilm_pretraining.py the task's own sentences; --bilm then takes the biLM it trains (here
+    a copy of the default model) for the layers, the task words and the record."""
+    task_input_study = load_script("task_input_study")
+    counts = task_input_study.main(["--task", "pos", "--data-dir", str(data_dir), "--write-text", str(tmp_path / "t")])
+    assert counts == {"train": 6, "dev": 6}
+    lines = (tmp_path / "t" / "train.txt").read_text(encoding="utf-8").splitlines()
+    assert lines[0].split() == TAGGED[0][0] and len(lines) == 6
+    bilm = tmp_path / "adapted"
+    shutil.copytree(DEFAULT_MODEL, bilm)
+    loaded = []
+    from_pretrained = ElmoModel.from_pretrained.__func__
+    monkeypatch.setattr(
+        ElmoModel,
+        "from_pretrained",
+        classmethod(lambda cls, path, **kw: loaded.append(path) or from_pretrained(cls, path, **kw)),
+    )
+    result = task_input_study.main(
+        ["--task", "pos", "--data-dir", str(data_dir), "--bilm", str(bilm), "--variant", '{"epochs": 1}']
+    )
+    assert result["bilm"] == str(bilm) and loaded == [str(bilm)]
+    assert 0.0 <= result["test"][0] <= 1.0
+
+
+def test_the_task_input_study_linear_probe(data_dir, tmp_path, one_thread):
+    """--linear-probe: a logistic regression on the cached layers' pooled features, C chosen on dev; sentences only."""
+    task_input_study = load_script("task_input_study")
+    common = ["--task", "sentiment", "--data-dir", str(data_dir), "--cache", str(tmp_path / "layers.pt")]
+    result = task_input_study.main([*common, "--linear-probe"])
+    # The fake reviews are two sentences repeated ("wonderful" 1, "dull" 0): the layers separate them exactly.
+    assert result["dev"] == result["test"] == 1.0 and result["C"] in (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+    with pytest.raises(SystemExit):
+        task_input_study.main(["--task", "pos", "--data-dir", str(data_dir), "--linear-probe"])
 
 
 def test_the_task_input_study_fine_tunes_the_pretrained_biLM_at_its_own_learning_rate(
