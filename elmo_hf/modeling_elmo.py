@@ -97,21 +97,24 @@ class ElmoCharacterEncoder(nn.Module):
         """char_ids (..., chars) -> (..., chars, char_dim); id 0 (padding) is the zero vector."""
         return F.embedding(char_ids, self.char_embedding, padding_idx=0)
 
-    def convolve(self, chars):
-        """chars (words, chars, char_dim) -> (words, num_filters): every filter bank, max over positions, activation."""
+    def convolve(self, chars, filter_weights=None):
+        """chars (words, chars, char_dim) -> (words, num_filters): every filter bank, max over positions, activation.
+        `filter_weights` (optional): each bank's weight `(count, char_dim, width)` to use instead of its own (e.g. a
+        bfloat16 copy for bfloat16 `chars`); the result has the biases' dtype."""
         words, _, char_dim = chars.shape
         features = []
-        for conv in self.convolutions:
+        for index, conv in enumerate(self.convolutions):
+            weight = conv.weight if filter_weights is None else filter_weights[index]
             # One matrix product over all windows of `width` characters (faster than conv1d on these shapes); the
             # Conv1d modules only hold the weights.
-            count, _, width = conv.weight.shape
+            count, _, width = weight.shape
             windows = chars.unfold(1, width, 1)  # (words, positions, char_dim, width)
             positions = windows.shape[1]
-            responses = torch.mm(windows.reshape(words * positions, char_dim * width), conv.weight.view(count, -1).t())
+            responses = torch.mm(windows.reshape(words * positions, char_dim * width), weight.view(count, -1).t())
             responses = responses.view(words, positions, count)
             # The bias is the same at every position, so it is added after the max (rounding is monotonic: the same
             # result as adding it first, without a bias-sized copy per position).
-            features.append(self.activation(responses.amax(dim=1) + conv.bias))
+            features.append(self.activation(responses.amax(dim=1).to(conv.bias.dtype) + conv.bias))
         return torch.cat(features, dim=-1)
 
     def highway_and_project(self, token, word_ids=None, product=None):

@@ -99,7 +99,7 @@ def test_fast_path_equals_step_by_step_reference(skip, activation, with_state, o
     input_ids, lengths = random_batch(generator, batch=6, max_words=9, chars=model.config.max_characters_per_token)
     cnn_pieces = []
     convolve = model.character_encoder.convolve
-    counted_convolve = lambda chars: cnn_pieces.append(len(chars)) or convolve(chars)  # noqa: E731
+    counted_convolve = lambda chars, *weights: cnn_pieces.append(len(chars)) or convolve(chars, *weights)  # noqa: E731
     monkeypatch.setattr(model.character_encoder, "convolve", counted_convolve)
     if one_word_cnn_pieces:
         monkeypatch.setattr(cpu_kernels, "CNN_RESPONSE_BYTES", 1)

@@ -120,3 +120,35 @@ def test_bfloat16_layers_stay_close_to_float32(monkeypatch):
             assert cosine.min() > 0.9995, f"{name}, layer {index}: cosine per word down to {cosine.min():.6f}"
     for first, second in zip(*runs.values()):
         assert torch.nn.functional.cosine_similarity(first.float(), second.float(), dim=-1).min() > 0.9995
+
+
+def test_int8_runs_the_character_cnn_in_bfloat16_where_onednn_has_it(monkeypatch):
+    """Under int8 the character CNN's convolutions run in bfloat16 where oneDNN computes it (float32 elsewhere): the
+    token layer stays within its bound either way."""
+    import elmo_hf.cpu_kernels as kernels
+
+    model = ElmoModel.from_pretrained(DEFAULT_MODEL).eval()
+    exact = layers(model)[0]
+    model.quantize_weights("int8")
+    first_bank = model.character_encoder.convolutions[0]
+    token_layers = {}
+    for available in (True, False):
+        monkeypatch.setattr(kernels, "_onednn_bfloat16_available", lambda available=available: available)
+        kernels._WEIGHT_COPIES.pop(first_bank, None)
+        token_layers[available] = layers(model)[0]
+        assert (("weight", "bfloat16") in kernels._WEIGHT_COPIES.get(first_bank, {})) == available
+        cosine = torch.nn.functional.cosine_similarity(exact, token_layers[available], dim=-1)
+        assert cosine.min() > 0.99995, f"bfloat16 CNN {available}: cosine per word down to {cosine.min():.6f}"
+    assert not torch.equal(token_layers[True], token_layers[False])
+
+
+def test_int8_input_product_follows_its_bias_changed_in_place():
+    """The input product's int8 copy carries the layer's bias: a new bias makes a new copy."""
+    model = ElmoModel.from_pretrained(DEFAULT_MODEL).eval().quantize_weights("int8")
+    before = layers(model)
+    with torch.no_grad():
+        model.encoder.layers[0].bias.add_(0.5)
+    after = layers(model)
+    assert torch.equal(after[0], before[0]) and not torch.equal(after[1], before[1])
+    expected = layers(model.quantize_weights(None))[1]
+    assert torch.nn.functional.cosine_similarity(expected, after[1], dim=-1).min() > 0.999
