@@ -79,7 +79,8 @@ def encode_words_in_pieces(character_encoder, char_ids, weight_quantization=None
     """`character_encoder(char_ids)`, `(words, chars)` -> `(words, projection_dim)`, with the CNN run on a few words at
     a time: the responses of its largest bank (filters x positions) stay near the size of a CPU cache (2x faster than
     one product over all words, whose responses reach ~100 MB: RESULTS.md). Under "int8" the highways' products use
-    int8 weights."""
+    int8 weights, and the convolutions run in bfloat16 where oneDNN computes it (in float32 they took twice as long,
+    and int8 products are no faster on their shapes: RESULTS.md)."""
     chars = character_encoder.embed(char_ids)  # (words, chars, char_dim)
     convolutions = character_encoder.convolutions
     filter_weights = None

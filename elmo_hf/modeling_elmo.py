@@ -1033,7 +1033,8 @@ class ElmoModel(ElmoPreTrainedModel):
         Run the large products with int8 weights, one scale per output row, and inputs quantized on the fly: the
         LSTM's (the per-step recurrent and projection ones, about 90% of the weight bytes streamed per word, and the
         input ones) and the highways'. For one sentence at a time on a CPU, where those products are memory-bound,
-        and for batches. The character CNN and the token projection stay float32. A run-time choice: the
+        and for batches. The character CNN's convolutions run in bfloat16 where oneDNN computes it (int8 is no faster
+        on them), in float32 elsewhere; the token projection stays float32. A run-time choice: the
         parameters and any saved checkpoint stay float32, and `quantize_weights(None)` goes back to exact float32.
         Inference on a CPU only, with a float32 model (`docs/speed.md` gives the speed and the deviation from
         float32).
