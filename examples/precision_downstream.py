@@ -78,16 +78,16 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if "float32" not in args.modes:
         raise ValueError(f"--modes {' '.join(args.modes)}: float32 is the reference and must be among them")
+    if "noise" in args.modes and (
+        "bfloat16" not in args.modes or args.modes.index("noise") < args.modes.index("bfloat16")
+    ):
+        raise ValueError("--modes: noise takes the size of bfloat16's deviation, so bfloat16 must come before it")
     os.makedirs(args.work_dir, exist_ok=True)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     tokenizer = ElmoTokenizer.from_pretrained(DEFAULT_MODEL)
     words, _, _, _ = study.load_task(args.task, args.data_dir, tokenizer)
     variant = json.dumps({**RECIPE, **json.loads(args.variant)})
 
-    if "noise" in args.modes and (
-        "bfloat16" not in args.modes or args.modes.index("noise") < args.modes.index("bfloat16")
-    ):
-        raise ValueError("--modes: noise takes the size of bfloat16's deviation, so bfloat16 must come before it")
     rows, mode_layers = {}, {}
     for mode in ["float32", *(mode for mode in args.modes if mode != "float32")]:
         cache = os.path.join(args.work_dir, f"{args.task}-{mode}.pt")

@@ -195,12 +195,11 @@ def linear_probe(layers, labels, strengths=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
-    features = {
-        split: np.stack(
-            [torch.cat([s.float().mean(1), s.float().amax(1)], -1).flatten().numpy() for s in layers[split]]
-        )
-        for split in ("train", "dev", "test")
-    }
+    def pooled(sentence_layers):  # (layers, tokens, dim) -> (layers * 2 * dim,)
+        sentence_layers = sentence_layers.float()
+        return torch.cat([sentence_layers.mean(1), sentence_layers.amax(1)], -1).flatten().numpy()
+
+    features = {split: np.stack([pooled(sentence) for sentence in layers[split]]) for split in ("train", "dev", "test")}
     scaler = StandardScaler().fit(features["train"])
     features = {split: scaler.transform(values) for split, values in features.items()}
     best = (-1.0, None, None)
