@@ -24,7 +24,7 @@ task vocabulary, so that words unseen in training keep their vector; false),
 rate when `"freeze_bilm": false`; the head's). With `"freeze_bilm": false` the head starts from the default biLM's
 weights and fine-tunes them: the biLM then runs inside every training and scoring pass instead of once beforehand.
 `--baseline` prints the task's scikit-learn baseline instead (bag-of-words logistic regression / feature-based
-tagger).
+tagger), trained on each seed's sample of the training sentences when the variant gives a `fraction`.
 
 Prints one JSON line per call (the variant, dev and test accuracy per seed, the chosen epochs, seconds) and appends it
 to `--output`.
@@ -98,6 +98,11 @@ def batches(task, words, labels, layers, tokenizer, indices, batch_size, rng=Non
         yield encoding["input_ids"], encoding["attention_mask"], states, targets
 
 
+def training_sample(count, fraction, seed):
+    """The training sentences (indices, in order) a run of `seed` uses: a seeded sample of `fraction` of `count`."""
+    return sorted(random.Random(seed).sample(range(count), max(1, int(fraction * count))))
+
+
 def run(
     task, variant, seed, words, labels, layers, names, tokenizer, bilm_config, score_layers=None, bilm=DEFAULT_MODEL
 ):
@@ -120,8 +125,7 @@ def run(
     min_count, from_bilm, weight_decay = options.pop("min_count"), options.pop("from_bilm"), options.pop("weight_decay")
     fraction, word_vectors, bilm_lr = options.pop("fraction"), options.pop("word_vectors"), options.pop("bilm_lr", lr)
     pretrained_vocab, pretrained = options.pop("pretrained_vocab"), []
-    count = len(words["train"])
-    train = sorted(random.Random(seed).sample(range(count), max(1, int(fraction * count))))
+    train = training_sample(len(words["train"]), fraction, seed)
     if min_count:
         vocab = build_task_word_vocab([words["train"][row] for row in train], min_count)
         if word_vectors:
@@ -256,8 +260,17 @@ def main(argv=None):
         return {split: len(words[split]) for split in ("train", "dev")}
     start = time.time()
     if args.baseline:
-        scores = (benchmark.feature_tagger_accuracy if args.task == "pos" else benchmark.bag_of_words_accuracy)(splits)
-        result = {"task": args.task, "baseline": benchmark.BASELINE_NAMES[args.task], **scores}
+        baseline = benchmark.feature_tagger_accuracy if args.task == "pos" else benchmark.bag_of_words_accuracy
+        fraction = json.loads(args.variant).get("fraction", 1.0)
+        result = {"task": args.task, "baseline": benchmark.BASELINE_NAMES[args.task]}
+        if fraction == 1.0:
+            result.update(baseline(splits))
+        else:  # trained on each seed's sample of the training sentences, as the heads are
+            samples = [training_sample(len(splits["train"]), fraction, seed) for seed in args.seeds]
+            scores = [baseline({**splits, "train": [splits["train"][row] for row in rows]}) for rows in samples]
+            result.update(
+                fraction=fraction, seeds=args.seeds, **{s: [score[s] for score in scores] for s in ("dev", "test")}
+            )
     elif args.linear_probe:
         dev, test, strength = linear_probe(frozen_layers(args, words, tokenizer), labels)
         result = {

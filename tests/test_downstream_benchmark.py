@@ -180,7 +180,10 @@ def test_the_task_input_study_runs_and_appends_its_line(data_dir, tmp_path, task
     assert (tmp_path / "layers.pt").exists()
     baseline = task_input_study.main([*common, "--baseline"])
     assert 0.0 <= baseline["test"] <= 1.0
-    assert [json.loads(line) for line in output.read_text().splitlines()] == [result, baseline]
+    sampled = task_input_study.main([*common, "--baseline", "--variant", '{"fraction": 0.5}', "--seeds", "0", "1"])
+    assert sampled["fraction"] == 0.5 and len(sampled["test"]) == 2
+    assert all(0.0 <= value <= 1.0 for value in sampled["test"])
+    assert [json.loads(line) for line in output.read_text().splitlines()] == [result, baseline, sampled]
 
 
 def test_the_task_input_study_writes_the_task_text_and_reads_another_biLM(data_dir, tmp_path, one_thread, monkeypatch):
