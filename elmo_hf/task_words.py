@@ -39,6 +39,38 @@ def build_task_word_vocab(sentences, min_count=2, lowercase=True, max_size=None)
     return kept if max_size is None else kept[:max_size]
 
 
+def add_pretrained_words(vocab, pretrained_words, lowercase=True):
+    r"""
+    `vocab` followed by every word of `pretrained_words` it lacks (lowercased when `lowercase`), in their order: a
+    test word never seen in training then keeps its pretrained vector instead of becoming the unknown word.
+
+    Args:
+        vocab (list of str): the task vocabulary (`build_task_word_vocab`).
+        pretrained_words (iterable of str): the words that have a pretrained vector (`pretrained_word_list`).
+        lowercase (bool): `config.task_word_lowercase`.
+
+    Returns:
+        list of str: the extended vocabulary.
+    """
+    known = set(vocab)
+    added = dict.fromkeys(word.lower() if lowercase else word for word in pretrained_words)
+    return list(vocab) + [word for word in added if word not in known]
+
+
+def pretrained_word_list(vectors_file=None, bilm_path=None):
+    """The words that have a pretrained vector: those of `vectors_file` (GloVe or word2vec text), else those of the
+    biLM's softmax vocabulary at `bilm_path` (its `vocab.txt`, without `<S>`, `</S>`, `<UNK>`); [] for neither."""
+    if vectors_file is not None:
+        return list(read_word_vectors(vectors_file, lowercase=False))
+    if bilm_path is None:
+        return []
+    from .word_vocabulary import WORD_VOCAB_HEAD, ElmoWordVocabulary, find_vocab_file
+
+    if find_vocab_file(bilm_path) is None:
+        return []
+    return ElmoWordVocabulary.from_pretrained(bilm_path).words[len(WORD_VOCAB_HEAD) :]
+
+
 def read_word_vectors(path, words=None, lowercase=True):
     r"""
     Word vectors from a text file, GloVe (`word v1 ... vd` per line) or word2vec text (the same after a `count dim`
@@ -164,10 +196,18 @@ class TaskWordArguments:
             "help": "Start the task word embedding from the biLM's softmax embeddings (its width is projection_dim)."
         },
     )
+    task_word_pretrained_vocab: bool = field(
+        default=False,
+        metadata={
+            "help": "Give every word with a pretrained vector (of --task_word_vectors, or of the biLM's softmax with "
+            "--task_words_from_bilm) a row too, so that words unseen in training keep their vector."
+        },
+    )
 
-    def head_options(self, config, train_sentences):
+    def head_options(self, config, train_sentences, bilm_path=None):
         """Config fields for `from_pretrained`: the task input flags, and a vocabulary built from `train_sentences`
-        (lists of words) unless `config` (a trained head) has one."""
+        (lists of words) unless `config` (a trained head) has one; with `task_word_pretrained_vocab`, the words of
+        the pretrained vectors join it (the biLM's at `bilm_path` with `task_words_from_bilm`)."""
         options = {
             name: getattr(self, name)
             for name in ("use_input_elmo", "use_bilm_token_layer", "task_word_embedding_dim")
@@ -176,9 +216,16 @@ class TaskWordArguments:
         if self.task_words_from_bilm and self.task_word_embedding_dim is None:
             options["task_word_embedding_dim"] = config.projection_dim
         if self.task_word_min_count is not None and not config.task_word_vocab:
-            options["task_word_vocab"] = build_task_word_vocab(
-                train_sentences, self.task_word_min_count, config.task_word_lowercase
-            )
+            vocab = build_task_word_vocab(train_sentences, self.task_word_min_count, config.task_word_lowercase)
+            if self.task_word_pretrained_vocab:
+                if self.task_word_vectors is None and not self.task_words_from_bilm:
+                    raise UserInputError(
+                        "--task_word_pretrained_vocab: give --task_word_vectors FILE or --task_words_from_bilm, the "
+                        "vectors whose words join the vocabulary"
+                    )
+                words = pretrained_word_list(self.task_word_vectors, bilm_path if self.task_words_from_bilm else None)
+                vocab = add_pretrained_words(vocab, words, config.task_word_lowercase)
+            options["task_word_vocab"] = vocab
         return options
 
     def initialise(self, model, bilm_path):

@@ -116,7 +116,9 @@ def main(argv=None):
     if "train" in splits:
         head_options.update(
             task_word_args.head_options(
-                existing, [tokenizer.tokenize(text) for text in splits["train"][data_args.text_column_name]]
+                existing,
+                [tokenizer.tokenize(text) for text in splits["train"][data_args.text_column_name]],
+                model_args.model_name_or_path,
             )
         )
     model = AutoModelForSequenceClassification.from_pretrained(

@@ -179,7 +179,11 @@ def main(argv=None):
     }
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
     if "train" in splits:
-        head_options.update(task_word_args.head_options(existing, list(splits["train"][data_args.text_column_name])))
+        head_options.update(
+            task_word_args.head_options(
+                existing, list(splits["train"][data_args.text_column_name]), model_args.model_name_or_path
+            )
+        )
     model = AutoModelForTokenClassification.from_pretrained(
         model_args.model_name_or_path,
         num_labels=len(names),

@@ -47,8 +47,13 @@ from elmo_hf import (
     ElmoModel,
     ElmoTokenizer,
 )
-from elmo_hf.task_words import build_task_word_vocab, initialise_task_words, read_word_vectors
-from elmo_hf.word_vocabulary import WORD_VOCAB_HEAD, ElmoWordVocabulary
+from elmo_hf.task_words import (
+    add_pretrained_words,
+    build_task_word_vocab,
+    initialise_task_words,
+    pretrained_word_list,
+    read_word_vectors,
+)
 
 DEFAULTS = {"sentiment": {"epochs": 4, "lr": 3e-3}, "pos": {"epochs": 8, "lr": 5e-3}}
 
@@ -124,19 +129,16 @@ def run(
     epochs, lr, batch_size = options.pop("epochs"), options.pop("lr"), options.pop("batch_size")
     min_count, from_bilm, weight_decay = options.pop("min_count"), options.pop("from_bilm"), options.pop("weight_decay")
     fraction, word_vectors, bilm_lr = options.pop("fraction"), options.pop("word_vectors"), options.pop("bilm_lr", lr)
-    pretrained_vocab, pretrained = options.pop("pretrained_vocab"), []
+    pretrained_vocab = options.pop("pretrained_vocab")
     train = training_sample(len(words["train"]), fraction, seed)
     if min_count:
         vocab = build_task_word_vocab([words["train"][row] for row in train], min_count)
         if word_vectors:
-            pretrained = read_word_vectors(word_vectors)
-            options["task_word_embedding_dim"] = len(next(iter(pretrained.values())))
+            options["task_word_embedding_dim"] = len(next(iter(read_word_vectors(word_vectors).values())))
         elif from_bilm:
-            pretrained = ElmoWordVocabulary.from_pretrained(bilm).words[len(WORD_VOCAB_HEAD) :]
             options.setdefault("task_word_embedding_dim", bilm_config.projection_dim)
         if pretrained_vocab:  # the words with a pretrained vector join the training words
-            known = set(vocab)
-            vocab += [word for word in dict.fromkeys(word.lower() for word in pretrained) if word not in known]
+            vocab = add_pretrained_words(vocab, pretrained_word_list(word_vectors, bilm if from_bilm else None))
         options["task_word_vocab"] = vocab
     bilm_fields = {key: value for key, value in bilm_config.to_dict().items() if key not in ("id2label", "label2id")}
     config = ElmoConfig(**{**bilm_fields, "num_labels": len(names), **options})

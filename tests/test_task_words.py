@@ -1,6 +1,8 @@
 """Task word embeddings (`elmo_hf/task_words.py`): the vocabulary, unknown words, word-vectors files, and a head
 that saves, reloads and predicts the same through `from_pretrained` and the pipelines."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from helpers import tiny_config
@@ -8,7 +10,7 @@ from transformers import pipeline
 
 from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
 from elmo_hf.modeling_elmo import ElmoTaskWordEmbedding
-from elmo_hf.task_words import build_task_word_vocab, read_word_vectors
+from elmo_hf.task_words import TaskWordArguments, build_task_word_vocab, read_word_vectors
 from elmo_hf.user_errors import UserInputError
 
 SENTENCES = [["The", "film", "is", "good", "."], ["the", "film", "is", "bad", "."], ["A", "good", "cast", "."]]
@@ -43,6 +45,28 @@ def test_word_vectors_glove_and_word2vec_text(tmp_path):
     embedding = ElmoTaskWordEmbedding(["film", "good", "the"], dim=2)
     assert embedding.load_vectors(read_word_vectors(glove)) == 2
     assert embedding.embedding.weight[1].tolist() == [1.0, 2.0]
+
+
+def test_pretrained_vocab_gives_words_unseen_in_training_their_own_rows(tmp_path):
+    import elmo_hf
+    from elmo_hf import ElmoConfig
+
+    config = ElmoConfig.from_pretrained(elmo_hf.DEFAULT_MODEL)
+    glove = tmp_path / "glove.txt"
+    glove.write_text("Superb 1 2\nthe 0.1 0.2\nsuperb 3 4\nfilm 5 6\n", encoding="utf-8")
+    from_file = TaskWordArguments(task_word_min_count=2, task_word_vectors=str(glove), task_word_pretrained_vocab=True)
+    # the training words first (as build_task_word_vocab orders them), then the file's new words, lowercased, once
+    vocab = from_file.head_options(config, SENTENCES)["task_word_vocab"]
+    assert vocab == [".", "film", "good", "is", "the", "superb"]
+    without = TaskWordArguments(task_word_min_count=2, task_word_vectors=str(glove))
+    assert without.head_options(config, SENTENCES)["task_word_vocab"] == [".", "film", "good", "is", "the"]
+    from_bilm = TaskWordArguments(task_word_min_count=2, task_words_from_bilm=True, task_word_pretrained_vocab=True)
+    vocab = from_bilm.head_options(config, SENTENCES, elmo_hf.DEFAULT_MODEL)["task_word_vocab"]
+    softmax_words = (Path(elmo_hf.DEFAULT_MODEL) / "vocab.txt").read_text(encoding="utf-8").split()[3:]  # after <S> ...
+    expected = dict.fromkeys([".", "film", "good", "is", "the"] + [word.lower() for word in softmax_words])
+    assert vocab == list(expected) and "senate" in vocab and "Senate" not in vocab
+    with pytest.raises(UserInputError, match="--task_word_pretrained_vocab: give --task_word_vectors"):
+        TaskWordArguments(task_word_min_count=2, task_word_pretrained_vocab=True).head_options(config, SENTENCES)
 
 
 @pytest.mark.parametrize("content, line", [("the 0.1 0.2\nfilm 1\n", 2), ("the 0.1 x\n", 1), ("2 2\nthe 1 nan\n", 2)])
