@@ -381,11 +381,11 @@ def _weight_copy(layer, name, layout):
                 torch.ops.mkldnn._reorder_linear_weight(direction.t().contiguous(), 32) for direction in weight.detach()
             )
         elif layout == "int8 linear":  # an nn.Linear's (out, in) weight and its bias
-            copy = _int8_linear_weight(weight.detach().float(), getattr(layer, "bias", None))
+            copy = _int8_linear_weight(weight.detach().float(), bias)
         elif layout == "int8":
             copy = tuple(_int8_linear_weight(direction.t()) for direction in weight.detach().float())
         elif layout == "int8 with bias":  # and each direction's row of the layer's bias `(2, out)`
-            copy = tuple(_int8_linear_weight(w.t(), b) for w, b in zip(weight.detach().float(), layer.bias))
+            copy = tuple(_int8_linear_weight(w.t(), row) for w, row in zip(weight.detach().float(), bias))
         elif layout == "bfloat16":
             copy = weight.detach().bfloat16()
         elif layout == "transposed":

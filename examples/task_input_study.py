@@ -133,12 +133,14 @@ def run(
     train = training_sample(len(words["train"]), fraction, seed)
     if min_count:
         vocab = build_task_word_vocab([words["train"][row] for row in train], min_count)
+        vectors = read_word_vectors(word_vectors) if word_vectors else {}
         if word_vectors:
-            options["task_word_embedding_dim"] = len(next(iter(read_word_vectors(word_vectors).values())))
+            options["task_word_embedding_dim"] = len(next(iter(vectors.values())))
         elif from_bilm:
             options.setdefault("task_word_embedding_dim", bilm_config.projection_dim)
         if pretrained_vocab:  # the words with a pretrained vector join the training words
-            vocab = add_pretrained_words(vocab, pretrained_word_list(word_vectors, bilm if from_bilm else None))
+            softmax_words = [] if word_vectors else pretrained_word_list(bilm_path=bilm if from_bilm else None)
+            vocab = add_pretrained_words(vocab, list(vectors) or softmax_words)
         options["task_word_vocab"] = vocab
     bilm_fields = {key: value for key, value in bilm_config.to_dict().items() if key not in ("id2label", "label2id")}
     config = ElmoConfig(**{**bilm_fields, "num_labels": len(names), **options})

@@ -8,7 +8,8 @@ import torch
 from helpers import tiny_config
 from transformers import pipeline
 
-from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
+import elmo_hf
+from elmo_hf import ElmoConfig, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
 from elmo_hf.modeling_elmo import ElmoTaskWordEmbedding
 from elmo_hf.task_words import TaskWordArguments, build_task_word_vocab, read_word_vectors
 from elmo_hf.user_errors import UserInputError
@@ -48,9 +49,6 @@ def test_word_vectors_glove_and_word2vec_text(tmp_path):
 
 
 def test_pretrained_vocab_gives_words_unseen_in_training_their_own_rows(tmp_path):
-    import elmo_hf
-    from elmo_hf import ElmoConfig
-
     config = ElmoConfig.from_pretrained(elmo_hf.DEFAULT_MODEL)
     glove = tmp_path / "glove.txt"
     glove.write_text("Superb 1 2\nthe 0.1 0.2\nsuperb 3 4\nfilm 5 6\n", encoding="utf-8")
