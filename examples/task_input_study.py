@@ -103,11 +103,6 @@ def batches(task, words, labels, layers, tokenizer, indices, batch_size, rng=Non
         yield encoding["input_ids"], encoding["attention_mask"], states, targets
 
 
-def training_sample(count, fraction, seed):
-    """The training sentences (indices, in order) a run of `seed` uses: a seeded sample of `fraction` of `count`."""
-    return sorted(random.Random(seed).sample(range(count), max(1, int(fraction * count))))
-
-
 def run(
     task, variant, seed, words, labels, layers, names, tokenizer, bilm_config, score_layers=None, bilm=DEFAULT_MODEL
 ):
@@ -130,7 +125,7 @@ def run(
     min_count, from_bilm, weight_decay = options.pop("min_count"), options.pop("from_bilm"), options.pop("weight_decay")
     fraction, word_vectors, bilm_lr = options.pop("fraction"), options.pop("word_vectors"), options.pop("bilm_lr", lr)
     pretrained_vocab = options.pop("pretrained_vocab")
-    train = training_sample(len(words["train"]), fraction, seed)
+    train = benchmark.training_sample(len(words["train"]), fraction, seed)
     if min_count:
         vocab = build_task_word_vocab([words["train"][row] for row in train], min_count)
         vectors = read_word_vectors(word_vectors) if word_vectors else {}
@@ -270,7 +265,7 @@ def main(argv=None):
         if fraction == 1.0:
             result.update(baseline(splits))
         else:  # trained on each seed's sample of the training sentences, as the heads are
-            samples = [training_sample(len(splits["train"]), fraction, seed) for seed in args.seeds]
+            samples = [benchmark.training_sample(len(splits["train"]), fraction, seed) for seed in args.seeds]
             scores = [baseline({**splits, "train": [splits["train"][row] for row in rows]}) for rows in samples]
             result.update(
                 fraction=fraction, seeds=args.seeds, **{s: [score[s] for score in scores] for s in ("dev", "test")}

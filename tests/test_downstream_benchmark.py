@@ -6,6 +6,7 @@ import json
 import shutil
 import sys
 import tarfile
+import types
 import zipfile
 
 import pytest
@@ -106,6 +107,18 @@ def test_rows_mix_the_layers_they_name():
     assert downstream_benchmark.row_config("input_output", 3) == {"use_output_elmo": True}
 
 
+def test_a_row_reports_the_test_accuracy_of_its_epoch_best_on_dev(monkeypatch):
+    scores = iter([0.50, 0.90, 0.70, 0.60, 0.60, 0.99])  # (dev, test) after epochs 1, 2, 3
+    monkeypatch.setattr(downstream_benchmark, "accuracy", lambda model, dataset, batch_size: next(scores))
+    mix = types.SimpleNamespace(normalized_weights=torch.tensor([0.2, 0.3, 0.5]))
+    model = types.SimpleNamespace(task_encoder=types.SimpleNamespace(input_mix=mix), train=lambda: None)
+    callback = downstream_benchmark.BestEpochOnDev({"dev": None, "test": None}, 8)
+    for epoch in (1, 2, 3):
+        mix.normalized_weights = torch.tensor([0.2, 0.3, 0.5]) * epoch
+        callback.on_epoch_end(None, types.SimpleNamespace(epoch=float(epoch)), None, model=model)
+    assert callback.best == {"dev": 0.70, "test": 0.60, "epoch": 2, "layer_weights": pytest.approx([0.4, 0.6, 1.0])}
+
+
 def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, capsys, one_thread):
     model_dir = tmp_path / "bilm"
     model = tiny_model()
@@ -134,6 +147,8 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
             "20",
             "--fractions",
             "0.5",
+            "--rows",
+            *downstream_benchmark.ROWS,
         ]
     )
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == json.loads(json.dumps(results))
@@ -142,6 +157,7 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
         assert set(rows) == set(downstream_benchmark.ROWS)
         for figures in rows.values():
             assert len(figures["test"]["seeds"]) == 2 and all(0.0 <= value <= 1.0 for value in figures["test"]["seeds"])
+            assert all(epoch in (1, 2) for epoch in figures["epochs"])  # the epoch best on dev, of 2
     assert results["tasks"]["pos"]["labels"] == ["DET", "NOUN", "PUNCT", "VERB"]
     assert len(results["tasks"]["pos"]["probes"]) == 3
     for task in ("pos", "sentiment"):  # the scikit-learn baseline printed beside the rows
@@ -150,7 +166,9 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
         assert [sum(weights) for weights in results["tasks"][task]["rows"]["all"]["layer_weights"]] == [
             pytest.approx(1.0)
         ] * 2
-    assert set(results["tasks"]["pos"]["fractions"]["0.5"]) == {"without_elmo", "all"}  # sample efficiency
+    half = results["tasks"]["pos"]["fractions"]["0.5"]  # sample efficiency: every row, and the tagger
+    assert set(half) == {*downstream_benchmark.ROWS, "scikit_learn_baseline"}
+    assert len(half["scikit_learn_baseline"]["test"]["seeds"]) == 2
     table = capsys.readouterr().out
     assert "| pos (test accuracy, %) |" in table and "| sentiment (test accuracy, %) |" in table
     assert "(bag-of-words logistic regression) |" in table and "(feature-based logistic-regression tagger) |" in table
