@@ -85,6 +85,8 @@ class ElmoConfig(PreTrainedConfig):
             is the unknown word. Saved with the head, so a reloaded head looks words up the same way.
         task_word_embedding_dim (int, defaults to 100): the task word embedding's width.
         task_word_lowercase (bool, defaults to True): look task words up lowercased.
+        task_word_dropout (float, defaults to 0.0): word dropout on the task word embedding: while training, each
+            word is looked up as the unknown word with this probability (the biLM's layers still see it).
         freeze_bilm (bool, defaults to True): keep the biLM's weights fixed while training a head.
         use_crf (bool, defaults to False): token classification with a linear-chain CRF and Viterbi decoding.
         classifier_dropout (float, defaults to 0.5): dropout before the task encoder and the classifier.
@@ -128,6 +130,7 @@ class ElmoConfig(PreTrainedConfig):
         task_word_vocab=None,
         task_word_embedding_dim=100,
         task_word_lowercase=True,
+        task_word_dropout=0.0,
         freeze_bilm=True,
         use_crf=False,
         classifier_dropout=0.5,
@@ -167,6 +170,7 @@ class ElmoConfig(PreTrainedConfig):
         self.task_word_vocab = None if task_word_vocab is None else list(task_word_vocab)
         self.task_word_embedding_dim = task_word_embedding_dim
         self.task_word_lowercase = task_word_lowercase
+        self.task_word_dropout = task_word_dropout
         self.freeze_bilm = freeze_bilm
         self.use_crf = use_crf
         self.classifier_dropout = classifier_dropout
@@ -268,6 +272,7 @@ class ElmoConfig(PreTrainedConfig):
         self.task_encoder_layers = _non_negative_int("task_encoder_layers", self.task_encoder_layers)
         self.classifier_dropout = _probability("classifier_dropout", self.classifier_dropout)
         self.task_word_embedding_dim = _positive_int("task_word_embedding_dim", self.task_word_embedding_dim)
+        self.task_word_dropout = _probability("task_word_dropout", self.task_word_dropout)
         if self.task_word_vocab is not None and not all(
             isinstance(word, str) and word for word in self.task_word_vocab
         ):

@@ -404,11 +404,13 @@ class ElmoTaskWordEmbedding(nn.Module):
         vocab (list of str): the words, row `i + 1` each; row 0 is the unknown word.
         dim (int): the embedding's width.
         lowercase (bool): lowercase each word before the lookup.
+        word_dropout (float): while training, look each word up as the unknown word with this probability.
     """
 
-    def __init__(self, vocab, dim, lowercase=True):
+    def __init__(self, vocab, dim, lowercase=True, word_dropout=0.0):
         super().__init__()
         self.lowercase = lowercase
+        self.word_dropout = word_dropout
         self.word_rows = {word: row for row, word in enumerate(vocab, start=1)}
         self.embedding = nn.Embedding(len(vocab) + 1, dim)
 
@@ -425,7 +427,11 @@ class ElmoTaskWordEmbedding(nn.Module):
 
     def forward(self, input_ids, mask):
         """`(batch, words, chars)` character ids, `(batch, words)` bool mask -> `(batch, words, dim)`."""
-        return self.embedding(self.word_ids(input_ids, mask))
+        rows = self.word_ids(input_ids, mask)  # (batch, words)
+        if self.training and self.word_dropout > 0:
+            dropped = torch.rand(rows.shape, device=rows.device) < self.word_dropout
+            rows = rows.masked_fill(dropped, 0)  # row 0: the unknown word
+        return self.embedding(rows)
 
     @torch.no_grad()
     def load_vectors(self, vectors):
@@ -461,7 +467,12 @@ class ElmoTaskEncoder(nn.Module):
         self.input_mix = ElmoScalarMix(num_layers, **mix_options) if config.use_input_elmo else None
         self.output_mix = ElmoScalarMix(num_layers, **mix_options) if config.use_output_elmo else None
         self.task_words = (
-            ElmoTaskWordEmbedding(config.task_word_vocab, config.task_word_embedding_dim, config.task_word_lowercase)
+            ElmoTaskWordEmbedding(
+                config.task_word_vocab,
+                config.task_word_embedding_dim,
+                config.task_word_lowercase,
+                config.task_word_dropout,
+            )
             if config.task_word_vocab
             else None
         )

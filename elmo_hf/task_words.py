@@ -187,6 +187,10 @@ class TaskWordArguments:
         },
     )
     task_word_embedding_dim: int | None = field(default=None, metadata={"help": "Width of the task word embedding."})
+    task_word_dropout: float | None = field(
+        default=None,
+        metadata={"help": "While training, look each word up as the unknown task word with this probability."},
+    )
     task_word_vectors: str | None = field(
         default=None, metadata={"help": "Start the task word embedding from this GloVe or word2vec text file."}
     )
@@ -210,7 +214,7 @@ class TaskWordArguments:
         the pretrained vectors join it (the biLM's at `bilm_path` with `task_words_from_bilm`)."""
         options = {
             name: getattr(self, name)
-            for name in ("use_input_elmo", "use_bilm_token_layer", "task_word_embedding_dim")
+            for name in ("use_input_elmo", "use_bilm_token_layer", "task_word_embedding_dim", "task_word_dropout")
             if getattr(self, name) is not None
         }
         if self.task_words_from_bilm and self.task_word_embedding_dim is None:

@@ -122,3 +122,22 @@ def test_task_words_beside_precomputed_layers_need_input_ids():
 def test_the_task_input_cannot_be_empty():
     with pytest.raises(ValueError, match="the task input x_k is empty"):
         tiny_config(use_input_elmo=False, use_bilm_token_layer=False)
+
+
+def test_word_dropout_looks_words_up_as_unknown_only_while_training():
+    tokenizer = ElmoTokenizer(max_characters_per_token=20)
+    words = [f"w{index}" for index in range(50)]
+    encoding = tokenizer([words * 40], is_split_into_words=True, return_tensors="pt")  # 2,000 known words
+    ids, mask = encoding["input_ids"], encoding["attention_mask"].bool()
+    embedding = ElmoTaskWordEmbedding(words, dim=2, word_dropout=0.25)
+    with torch.no_grad():
+        embedding.embedding.weight[0] = 0.0  # the unknown word's row
+        embedding.embedding.weight[1:] = 1.0
+    torch.manual_seed(0)
+    unknown = (embedding(ids, mask)[0, 1:-1, 0] == 0).float().mean()  # boundaries left out
+    assert 0.2 < unknown < 0.3
+    embedding.eval()
+    assert (embedding(ids, mask)[0, 1:-1] == 1.0).all()  # no dropout when predicting
+    assert ElmoConfig(task_word_dropout=0.1).task_word_dropout == 0.1
+    with pytest.raises(ValueError, match="task_word_dropout"):
+        ElmoConfig(task_word_dropout=1.5)
