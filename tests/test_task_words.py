@@ -139,5 +139,7 @@ def test_word_dropout_looks_words_up_as_unknown_only_while_training():
     embedding.eval()
     assert (embedding(ids, mask)[0, 1:-1] == 1.0).all()  # no dropout when predicting
     assert ElmoConfig(task_word_dropout=0.1).task_word_dropout == 0.1
+    options = TaskWordArguments(task_word_min_count=1, task_word_dropout=0.1).head_options(tiny_config(), SENTENCES)
+    assert options["task_word_dropout"] == 0.1  # the Trainer scripts' --task_word_dropout
     with pytest.raises(ValueError, match="task_word_dropout"):
         ElmoConfig(task_word_dropout=1.5)
