@@ -241,15 +241,16 @@ def accuracy(model, dataset, batch_size):
 
 class BestEpochOnDev(TrainerCallback):
     """Scores dev and test after every epoch and keeps the scores of the epoch best on dev, with its input mix's layer
-    weights: the choice `--load_best_model_at_end --metric_for_best_model accuracy` makes in the recipe."""
+    weights: the choice `--load_best_model_at_end --metric_for_best_model accuracy` makes in the recipe
+    (`last=True`: of the last epoch instead)."""
 
-    def __init__(self, datasets, batch_size):
-        self.datasets, self.batch_size, self.best = datasets, batch_size, None
+    def __init__(self, datasets, batch_size, last=False):
+        self.datasets, self.batch_size, self.last, self.best = datasets, batch_size, last, None
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
         scores = {split: accuracy(model, self.datasets[split], self.batch_size) for split in ("dev", "test")}
         model.train()
-        if self.best is None or scores["dev"] > self.best["dev"]:
+        if self.best is None or self.last or scores["dev"] > self.best["dev"]:
             mix = model.task_encoder.input_mix
             weights = None if mix is None else mix.normalized_weights.tolist()
             self.best = {**scores, "epoch": round(state.epoch), "layer_weights": weights}
@@ -285,7 +286,7 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
     model = head_class(config)
     if task_words is not None:
         initialise_task_words(model, bilm_path=args.model)
-    best_epoch = BestEpochOnDev(datasets, 4 * args.batch_size)
+    best_epoch = BestEpochOnDev(datasets, 4 * args.batch_size, last=not args.epoch_on_dev)
     with tempfile.TemporaryDirectory() as output_dir:
         training_args = TrainingArguments(
             output_dir=output_dir,
@@ -588,6 +589,12 @@ def main(argv=None):
     parser.add_argument("--pos-learning-rate", type=float, default=RECIPE["pos"]["learning_rate"])
     parser.add_argument("--sentiment-learning-rate", type=float, default=RECIPE["sentiment"]["learning_rate"])
     parser.add_argument("--classifier-dropout", type=float, default=0.3)
+    parser.add_argument(
+        "--epoch-on-dev",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="report each run's epoch best on dev (--no-epoch-on-dev: its last epoch)",
+    )
     parser.add_argument("--probe-epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--task-hidden-size", type=int, default=128, help="the task biLSTM's size per direction")

@@ -117,6 +117,11 @@ def test_a_row_reports_the_test_accuracy_of_its_epoch_best_on_dev(monkeypatch):
         mix.normalized_weights = torch.tensor([0.2, 0.3, 0.5]) * epoch
         callback.on_epoch_end(None, types.SimpleNamespace(epoch=float(epoch)), None, model=model)
     assert callback.best == {"dev": 0.70, "test": 0.60, "epoch": 2, "layer_weights": pytest.approx([0.4, 0.6, 1.0])}
+    scores = iter([0.50, 0.90, 0.70, 0.60, 0.60, 0.99])
+    last = downstream_benchmark.BestEpochOnDev({"dev": None, "test": None}, 8, last=True)
+    for epoch in (1, 2, 3):
+        last.on_epoch_end(None, types.SimpleNamespace(epoch=float(epoch)), None, model=model)
+    assert (last.best["dev"], last.best["test"], last.best["epoch"]) == (0.60, 0.99, 3)  # --no-epoch-on-dev
 
 
 def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, capsys, one_thread):
