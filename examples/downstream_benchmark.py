@@ -30,7 +30,9 @@ and a row reports the test accuracy of its epoch best on dev, as the recipe keep
 - `input_output`: the learned mix at the task biLSTM's input and a second one at its output (`use_output_elmo`).
 A scikit-learn baseline is printed beside each task: a bag-of-words logistic regression (polarity) and a
 feature-based logistic-regression tagger (UPOS). `--fractions 0.01 0.1` adds sample-efficiency columns for `pos`:
-every row, and the feature-based tagger, trained on that share of the training sentences (a seeded sample per seed).
+every row, and the feature-based tagger, trained on that share of the training sentences (a seeded sample per seed);
+every run trains for at least `--min-updates` batches (200), so 1% of EWT (4 batches an epoch) gets 50 epochs instead
+of 8. `--fractions-only` skips the rows on all of EWT.
 The biLM is frozen, so its layers are computed once per sentence and passed to every head as `elmo_hidden_states`:
 the numbers are those of heads that run the biLM themselves, at a fraction of the time.
 
@@ -46,6 +48,7 @@ import argparse
 import glob
 import io
 import json
+import math
 import os
 import platform
 import random
@@ -248,12 +251,16 @@ class BestEpochOnDev(TrainerCallback):
         self.datasets, self.batch_size, self.last, self.best = datasets, batch_size, last, None
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
-        scores = {split: accuracy(model, self.datasets[split], self.batch_size) for split in ("dev", "test")}
-        model.train()
-        if self.best is None or self.last or scores["dev"] > self.best["dev"]:
+        dev = accuracy(model, self.datasets["dev"], self.batch_size)
+        if self.best is None or self.last or dev > self.best["dev"]:  # test is scored only for a kept epoch
             mix = model.task_encoder.input_mix
-            weights = None if mix is None else mix.normalized_weights.tolist()
-            self.best = {**scores, "epoch": round(state.epoch), "layer_weights": weights}
+            self.best = {
+                "dev": dev,
+                "test": accuracy(model, self.datasets["test"], self.batch_size),
+                "epoch": round(state.epoch),
+                "layer_weights": None if mix is None else mix.normalized_weights.tolist(),
+            }
+        model.train()
 
 
 def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_words):
@@ -287,12 +294,14 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
     if task_words is not None:
         initialise_task_words(model, bilm_path=args.model)
     best_epoch = BestEpochOnDev(datasets, 4 * args.batch_size, last=not args.epoch_on_dev)
+    updates_per_epoch = math.ceil(len(datasets["train"]) / args.batch_size)
+    epochs = max(args.epochs[task], math.ceil(args.min_updates / updates_per_epoch))  # small shares: more epochs
     with tempfile.TemporaryDirectory() as output_dir:
         training_args = TrainingArguments(
             output_dir=output_dir,
             per_device_train_batch_size=args.batch_size,
             learning_rate=args.learning_rate[task],
-            num_train_epochs=args.epochs[task],
+            num_train_epochs=epochs,
             weight_decay=0.0,
             seed=seed,
             data_seed=seed,
@@ -518,19 +527,23 @@ def plot_layer_weights(results, path):
 
 
 def markdown_table(results):
-    rows = [row for row in ROWS if any(row in figures["rows"] for figures in results["tasks"].values())]
+    shares = [figures["rows"] for figures in results["tasks"].values()]
+    shares += [rows for figures in results["tasks"].values() for rows in figures.get("fractions", {}).values()]
+    rows = [row for row in ROWS if any(row in share for share in shares)]
     lines = ["| task (metric) | scikit-learn baseline | " + " | ".join(rows) + " |", "|---" * (len(rows) + 2) + "|"]
 
     def cell(figure):
         return "" if figure is None else f"{100 * figure['test']['mean']:.2f} ± {100 * figure['test']['std']:.2f}"
 
     for task, figures in results["tasks"].items():
+        if not figures["rows"]:  # --fractions-only
+            continue
         baseline = f"{100 * figures['scikit_learn_baseline']['test']:.2f} ({BASELINE_NAMES[task]})"
         cells = [cell(figures["rows"].get(row)) for row in rows]
         lines.append(f"| {task} (test accuracy, %) | {baseline} | " + " | ".join(cells) + " |")
     fractions = results["tasks"].get("pos", {}).get("fractions", {})
     if fractions:
-        share_rows = [row for row in rows if row in results["tasks"]["pos"]["rows"]]
+        share_rows = [row for row in rows if any(row in share for share in fractions.values())]
         lines += [
             "",
             "| pos, share of the training sentences | feature-based tagger, same sentences | "
@@ -538,9 +551,9 @@ def markdown_table(results):
             + " | ELMo's gain (all - without_elmo) |",
             "|---" * (len(share_rows) + 3) + "|",
         ]
-        full = results["tasks"]["pos"]
-        full = {**full["rows"], "scikit_learn_baseline": {"test": {"mean": full["scikit_learn_baseline"]["test"]}}}
-        for fraction, figures in [*fractions.items(), ("1.0", full)]:
+        pos = results["tasks"]["pos"]
+        full = {**pos["rows"], "scikit_learn_baseline": {"test": {"mean": pos["scikit_learn_baseline"]["test"]}}}
+        for fraction, figures in [*fractions.items(), *([("1.0", full)] if pos["rows"] else [])]:
             without, with_elmo = figures.get("without_elmo"), figures.get("all")
             gain = (
                 ""
@@ -595,6 +608,12 @@ def main(argv=None):
         default=True,
         help="report each run's epoch best on dev (--no-epoch-on-dev: its last epoch)",
     )
+    parser.add_argument(
+        "--min-updates",
+        type=int,
+        default=200,
+        help="train at least this many batches (more epochs on a small share of the training sentences)",
+    )
     parser.add_argument("--probe-epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--task-hidden-size", type=int, default=128, help="the task biLSTM's size per direction")
@@ -625,6 +644,9 @@ def main(argv=None):
         default=[],
         help="pos: also train every row, and the feature-based tagger, on these shares of the training sentences",
     )
+    parser.add_argument(
+        "--fractions-only", action="store_true", help="pos: train on the --fractions shares only, not on all of it"
+    )
     args = parser.parse_args(argv)
     args.epochs = {"pos": args.pos_epochs, "sentiment": args.sentiment_epochs}
     args.learning_rate = {"pos": args.pos_learning_rate, "sentiment": args.sentiment_learning_rate}
@@ -650,6 +672,8 @@ def main(argv=None):
         datasets, layers, labels, names, sizes, baseline, train_words, splits = prepared
         figures = {"sizes": sizes, "labels": names, "rows": {}, "scikit_learn_baseline": baseline}
         fractions = [1.0, *(args.fractions if task == "pos" else [])]
+        if task == "pos" and args.fractions_only:
+            fractions = args.fractions
         runs = [(fraction, row, seed) for fraction in fractions for row in args.rows for seed in args.seeds]
         softmax_words = pretrained_word_list(bilm_path=args.model) if args.pretrained_vocab else []
         scores = {}
@@ -668,7 +692,7 @@ def main(argv=None):
                 figures["rows"][row] = figure
             else:
                 figures.setdefault("fractions", {}).setdefault(str(fraction), {})[row] = figure
-        for fraction in fractions[1:]:  # the feature-based tagger on each seed's same sample
+        for fraction in [share for share in fractions if share != 1.0]:  # the tagger on each seed's same sample
             sampled = [
                 feature_tagger_accuracy(
                     {**splits, "train": [splits["train"][i] for i in training_sample(sizes["train"], fraction, seed)]}

@@ -108,7 +108,7 @@ def test_rows_mix_the_layers_they_name():
 
 
 def test_a_row_reports_the_test_accuracy_of_its_epoch_best_on_dev(monkeypatch):
-    scores = iter([0.50, 0.90, 0.70, 0.60, 0.60, 0.99])  # (dev, test) after epochs 1, 2, 3
+    scores = iter([0.50, 0.90, 0.70, 0.60, 0.60])  # dev, test / dev, test / dev: test only for a better dev
     monkeypatch.setattr(downstream_benchmark, "accuracy", lambda model, dataset, batch_size: next(scores))
     mix = types.SimpleNamespace(normalized_weights=torch.tensor([0.2, 0.3, 0.5]))
     model = types.SimpleNamespace(task_encoder=types.SimpleNamespace(input_mix=mix), train=lambda: None)
@@ -117,7 +117,7 @@ def test_a_row_reports_the_test_accuracy_of_its_epoch_best_on_dev(monkeypatch):
         mix.normalized_weights = torch.tensor([0.2, 0.3, 0.5]) * epoch
         callback.on_epoch_end(None, types.SimpleNamespace(epoch=float(epoch)), None, model=model)
     assert callback.best == {"dev": 0.70, "test": 0.60, "epoch": 2, "layer_weights": pytest.approx([0.4, 0.6, 1.0])}
-    scores = iter([0.50, 0.90, 0.70, 0.60, 0.60, 0.99])
+    scores = iter([0.50, 0.90, 0.70, 0.60, 0.60, 0.99])  # (dev, test) after each epoch
     last = downstream_benchmark.BestEpochOnDev({"dev": None, "test": None}, 8, last=True)
     for epoch in (1, 2, 3):
         last.on_epoch_end(None, types.SimpleNamespace(epoch=float(epoch)), None, model=model)
@@ -154,6 +154,8 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
             "0.5",
             "--rows",
             *downstream_benchmark.ROWS,
+            "--min-updates",
+            "0",
         ]
     )
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == json.loads(json.dumps(results))
@@ -179,6 +181,15 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
     assert "(bag-of-words logistic regression) |" in table and "(feature-based logistic-regression tagger) |" in table
     assert "| 50% |" in table and "| learned layer weights" in table
     assert (tmp_path / "out" / "layer_weights.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # Only a share of the tags, given at least 4 updates: 3 sentences are one batch, so 4 epochs instead of 2.
+    common = ["--model", str(model_dir), "--data-dir", str(data_dir), "--task-hidden-size", "8", "--seeds", "0"]
+    small = downstream_benchmark.main(
+        [*common, "--output-dir", str(tmp_path / "small"), "--tasks", "pos", "--pos-epochs", "2", "--no-epoch-on-dev"]
+        + ["--fractions", "0.5", "--fractions-only", "--min-updates", "4", "--probe-epochs", "1"]
+    )
+    assert small["tasks"]["pos"]["rows"] == {} and small["tasks"]["pos"]["fractions"]["0.5"]["all"]["epochs"] == [4]
+    assert "| 50% |" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("task", ["sentiment", "pos"])
