@@ -530,7 +530,12 @@ def markdown_table(results):
     shares = [figures["rows"] for figures in results["tasks"].values()]
     shares += [rows for figures in results["tasks"].values() for rows in figures.get("fractions", {}).values()]
     rows = [row for row in ROWS if any(row in share for share in shares)]
-    lines = ["| task (metric) | scikit-learn baseline | " + " | ".join(rows) + " |", "|---" * (len(rows) + 2) + "|"]
+    lines = []
+    if any(figures["rows"] for figures in results["tasks"].values()):  # not with --fractions-only alone
+        lines += [
+            "| task (metric) | scikit-learn baseline | " + " | ".join(rows) + " |",
+            "|---" * (len(rows) + 2) + "|",
+        ]
 
     def cell(figure):
         return "" if figure is None else f"{100 * figure['test']['mean']:.2f} ± {100 * figure['test']['std']:.2f}"
