@@ -437,12 +437,17 @@ def training_sample(count, fraction, seed):
     return sorted(random.Random(seed).sample(range(count), max(1, round(fraction * count))))
 
 
-def row_figure(row_scores):
-    """One row's seeds: dev and test accuracy (each seed's, mean, std), chosen epochs and layer weights."""
-    figure = {
-        split: {**summary([score[split] for score in row_scores]), "seeds": [score[split] for score in row_scores]}
+def split_figures(seed_scores):
+    """Dev and test accuracy over seeds (`seed_scores`: {"dev": ..., "test": ...} per seed): each seed's, mean, std."""
+    return {
+        split: {**summary([score[split] for score in seed_scores]), "seeds": [score[split] for score in seed_scores]}
         for split in ("dev", "test")
     }
+
+
+def row_figure(row_scores):
+    """One row's seeds: `split_figures`, chosen epochs and layer weights."""
+    figure = split_figures(row_scores)
     figure["epochs"] = [score["epoch"] for score in row_scores]
     figure["layer_weights"] = [score["layer_weights"] for score in row_scores]  # per seed, None without a mix
     return figure
@@ -704,10 +709,7 @@ def main(argv=None):
                 )
                 for seed in args.seeds
             ]
-            figures["fractions"][str(fraction)]["scikit_learn_baseline"] = {
-                split: {**summary([score[split] for score in sampled]), "seeds": [score[split] for score in sampled]}
-                for split in ("dev", "test")
-            }
+            figures["fractions"][str(fraction)]["scikit_learn_baseline"] = split_figures(sampled)
         if task == "pos":
             tags = {split: [values[1:-1] for values in labels[split]] for split in labels}
             figures["probes"] = [
