@@ -384,6 +384,10 @@ def test_spacy_elmoformanylangs_checkpoint(efml_checkpoint, one_thread):
     for words in EFML_SENTENCES[:3]:
         doc = nlp(Doc(nlp.vocab, words=words))
         np.testing.assert_allclose(doc.tensor, embedder.embed_sentence(words, layers="top"), atol=1e-5, rtol=0)
+    # The lexicons travel with the weights.
+    rebuilt = spacy.util.load_model_from_config(nlp.config).from_bytes(nlp.to_bytes())
+    assert rebuilt.get_pipe("elmo_hf").embedder.tokenizer.word_lexicon is not None
+    np.testing.assert_array_equal(rebuilt(Doc(rebuilt.vocab, words=words)).tensor, doc.tensor)
 
 
 def test_spacy_pipe_with_worker_processes_says_why_not(spacy_pipeline, one_thread):
@@ -566,12 +570,26 @@ def test_spacy_malformed_settings_fail_at_add_pipe(bad, spacy_pipeline, tmp_path
     nlp, _ = spacy_pipeline
     settings, pattern = bad
     (tmp_path / "empty").mkdir()
-    settings = {"model": nlp.get_pipe("elmo_hf").model, **settings}
+    settings = {"model": nlp.get_pipe("elmo_hf").model_name, **settings}
     if settings["model"] == "EMPTY":
         settings["model"] = str(tmp_path / "empty")
     with pytest.raises((TypeError, ValueError)) as excinfo:
         nlp.add_pipe("elmo_hf", name="second", config=settings)
     assert_one_line_error(excinfo, pattern)
+
+
+def test_spacy_weights_are_read_at_initialize_or_first_doc(tmp_path):
+    """A model that is not a folder here may exist where a saved pipeline came from: add_pipe accepts it, and
+    nlp.initialize() (or the first doc) says in one line that it cannot be loaded."""
+    spacy = require("spacy")
+    import elmo_hf.integrations.spacy  # noqa: F401 - registers the factory
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo_hf", config={"model": str(tmp_path / "gone" / "elmo")})
+    for run in (nlp.initialize, lambda: nlp("Dogs bark .")):
+        with pytest.raises(OSError) as excinfo:
+            run()
+        assert_one_line_error(excinfo, r"^model '.*gone/elmo' cannot be loaded: ")
 
 
 def test_spacy_docs_without_words_get_zero_vectors(spacy_pipeline, one_thread):

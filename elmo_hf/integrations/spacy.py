@@ -65,7 +65,7 @@ class ElmoSpacyComponent:
         check_positive_int("batch_size", batch_size)
         if model is not None and (not isinstance(model, str) or not model.strip()):
             raise ValueError(f"model must be a checkpoint folder or a Hub model name, got {shown(model)}")
-        self.model, self.layers, self.mix_weights, self.batch_size = model, layers, mix_weights, batch_size
+        self.model_name, self.layers, self.mix_weights, self.batch_size = model, layers, mix_weights, batch_size
         self.device, self.name = _checked_device(device), name
         self._embedder = None
         # A folder here is checked now (its config only: the weights are read later, see the module's docstring).
@@ -82,9 +82,9 @@ class ElmoSpacyComponent:
 
     @property
     def embedder(self):
-        """The `ElmoEmbedder`, loaded from `model` on first use unless `from_disk` gave it."""
+        """The `ElmoEmbedder`, loaded from the `model` setting on first use unless `from_disk` gave it."""
         if self._embedder is None:
-            self._use(*load_checkpoint(self.model))
+            self._use(*load_checkpoint(self.model_name))
         return self._embedder
 
     def _use(self, model, tokenizer):
@@ -93,9 +93,10 @@ class ElmoSpacyComponent:
 
     def _check_mix_weights(self, num_layers):
         if self.mix_weights is not None and len(self.mix_weights) != num_layers:
+            model = self.model_name or DEFAULT_MODEL
             raise ValueError(
-                f"mix_weights needs {num_layers} values for model {self.model or DEFAULT_MODEL!r} (the token layer and "
-                f"{num_layers - 1} LSTM layers), got {len(self.mix_weights)}: {shown(self.mix_weights)}"
+                f"mix_weights needs {num_layers} values for model {model!r} (the token layer and {num_layers - 1} "
+                f"LSTM layers), got {len(self.mix_weights)}: {shown(self.mix_weights)}"
             )
 
     def initialize(self, get_examples=None, *, nlp=None):
