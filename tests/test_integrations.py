@@ -19,7 +19,7 @@ import torch
 from helpers import REPO_ROOT, tiny_model
 
 import elmo_hf
-from elmo_hf import ElmoEmbedder, ElmoModel, cli
+from elmo_hf import ElmoEmbedder, ElmoModel, ElmoTokenizer, cli
 
 EFML_DATA = pathlib.Path(__file__).resolve().parent / "data" / "efml"
 EFML_SENTENCES = json.loads((EFML_DATA / "sentences.json").read_text(encoding="utf-8"))
@@ -206,6 +206,14 @@ def test_sentence_transformers_max_seq_length_keeps_the_first_words(one_thread):
     assert tuple(words.shape) == (3, 16)
     encoder.max_seq_length = None
     np.testing.assert_allclose(encoder.encode(SENTENCES), embedder_sentence_vectors(model, SENTENCES), atol=1e-6)
+    # A tokenizer that limits sentences (max_words) is told about in one line, which says what to set.
+    limited = ElmoTokenizer(max_characters_per_token=20, max_words=4)
+    encoder = st_encoder(ElmoSentenceTransformerModule(model, tokenizer=limited, whitespace_split=True))
+    with pytest.raises(ValueError, match=r"^input 2 has 7 words, more than the tokenizer's max_words=4: set max_seq"):
+        encoder.encode([SENTENCES[1], "A b .", SENTENCES[0]], batch_size=2)
+    encoder.max_seq_length = 4
+    expected = embedder_sentence_vectors(model, ["The cat sat on"])
+    np.testing.assert_allclose(encoder.encode(SENTENCES[:1]), expected, atol=1e-6, rtol=0)
 
 
 def test_sentence_transformers_elmoformanylangs_checkpoint(efml_checkpoint, one_thread):
