@@ -270,7 +270,11 @@ def test_a_changed_weight_file_is_converted_and_checked_again(pair, tmp_path):
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        ({"options_file": None, "weight_file": None, "module": torch.nn.Linear(2, 2)}, "^module: not supported"),
+        (
+            {"options_file": None, "weight_file": None, "module": torch.nn.Linear(2, 2)},
+            r"^module: needs a positive int attribute num_layers .* got Linear\(in_features=2",
+        ),
+        ({"module": torch.nn.Linear(2, 2)}, "^module: pass options_file=None and weight_file=None with a module"),
         ({"num_output_representations": 0}, "^num_output_representations: must be a positive int, got 0"),
         ({"scalar_mix_parameters": [1.0, 2.0]}, r"^scalar_mix_parameters: needs 3 values .* got 2"),
         ({"requires_grad": True, "vocab_to_cache": ["a"]}, "^vocab_to_cache: cannot be combined with requires_grad"),
