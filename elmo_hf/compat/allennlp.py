@@ -136,6 +136,14 @@ def _content_digest(*paths):
 
 def _convert_into(options_file, weight_file, folder):
     """Convert and verify the pair (elmo_hf.original_tf, as `elmo-hf convert`), then move it to `folder` whole."""
+    try:
+        import h5py  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            f"weight_file: reading the published .hdf5 weights ({weight_file}) needs h5py: pip install "
+            "'elmo-hf[conversion]' (once converted and cached, or with a converted elmo-hf checkpoint, nothing more "
+            "is needed)"
+        ) from error
     from ..original_tf import convert_hdf5
 
     os.makedirs(os.path.dirname(folder), exist_ok=True)
@@ -204,7 +212,7 @@ def _check_char_ids(inputs, config=None, name="inputs", exact_rank=True):
             f"{name}: the last dimension must be {width} (characters per word, from batch_to_ids), "
             f"got shape {tuple(inputs.shape)}"
         )
-    if inputs[..., 0, 0].numel() == 0:
+    if inputs.shape[:-2].numel() == 0:  # no sentence (allennlp would fail inside torch)
         raise UserInputError(f"{name}: expected at least one sentence, got shape {tuple(inputs.shape)}")
     out_of_range = (inputs < 0) | (inputs >= num_characters)
     if out_of_range.any():
