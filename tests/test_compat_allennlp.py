@@ -1,8 +1,8 @@
 """elmo_hf.compat.allennlp against real allennlp 2.10.1 outputs, and `elmo-hf embed` with `allennlp elmo`'s flags.
 
 The outputs in tests/data/allennlp/allennlp_elmo_reference.npz were written by tools/make_allennlp_reference.py (run
-with allennlp 2.10.1 in the peer venv) on the allennlp test weights of ../shared/fixtures/allennlp_elmo, which the
-tests here load through the same options.json + hdf5 pair.
+with allennlp 2.10.1 in the peer venv) on the allennlp test weights of the reference fixtures (allennlp_elmo/), which
+the tests here load through the same options.json + hdf5 pair. Below them, the malformed-input battery.
 """
 
 import json
@@ -498,23 +498,64 @@ def test_malformed_words_are_one_line_errors(pair, case, call, named):
     assert_one_line_error(lambda: call(embedder), *named)
 
 
+BLANK_WORDS = [["The", "", "cat"], [" ", "sat"], ["no", "blanks", "here"]]  # as tools/make_allennlp_reference.py
+
+
+def assert_layers_match(output, reference, prefix):
+    assert np.array_equal(output["mask"].numpy(), reference[f"{prefix}/mask"])
+    assert len(output["activations"]) == 3
+    for index, activation in enumerate(output["activations"]):
+        expected = reference[f"{prefix}/activation_{index}"]
+        assert activation.shape == expected.shape
+        assert np.allclose(activation.detach().numpy(), expected, atol=ATOL), f"{prefix}, layer {index}"
+
+
+def test_elmo_bilm_every_layer_equals_allennlp_over_a_stateful_stream(pair, reference, sentences):
+    bilm = compat._ElmoBiLm(*pair, stateful=True)
+    assert (bilm.num_layers, bilm.get_output_dim(), bilm.stateful) == (3, 32, True)
+    used = 0
+    for step, rows in enumerate(STREAM_ROWS):
+        with torch.no_grad():
+            assert_layers_match(bilm(batch_to_ids(sentences[used : used + rows])), reference, f"bilm/stateful_{step}")
+        used += rows
+
+
+def test_character_encoder_equals_allennlp_padding_included(pair, reference, sentences):
+    encoder = compat._ElmoCharacterEncoder(*pair)
+    assert encoder.get_output_dim() == 16
+    with torch.no_grad():
+        output = encoder(batch_to_ids(sentences[:4]))
+    assert np.array_equal(output["mask"].numpy(), reference["char_encoder/mask"])
+    assert np.allclose(output["token_embedding"].numpy(), reference["char_encoder/token_embedding"], atol=ATOL)
+
+
+def test_elmo_over_a_given_module_and_the_token_embedder_equal_allennlp(pair, reference, sentences):
+    elmo = Elmo(None, None, 2, dropout=0.0, module=compat._ElmoBiLm(*pair)).eval()
+    assert elmo.get_output_dim() == 32 and elmo.bilm is elmo._elmo_lstm.model
+    char_ids = batch_to_ids(sentences[:4])
+    assert_matches(elmo(char_ids), reference, "elmo/module")
+    embedder = compat.ElmoTokenEmbedder(*pair, dropout=0.0).eval()
+    assert np.allclose(embedder(char_ids).detach().numpy(), reference["token_embedder"], atol=ATOL)
+    projected = compat.ElmoTokenEmbedder(*pair, projection_dim=5)
+    assert projected.get_output_dim() == 5 and projected(char_ids).shape == (4, char_ids.shape[1], 5)
+
+
 @pytest.mark.parametrize("stateful", [False, True])
-def test_empty_and_blank_words_are_words_in_elmo_and_elmo_embedder_alike(pair, stateful):
+def test_empty_and_blank_words_are_words_in_elmo_and_elmo_embedder_alike(pair, reference, stateful):
     """As allennlp: any string is a word, "" included (its characters: begin and end of word only)."""
-    sentences = [["The", "", "cat"], [" ", "sat"], ["no", "blanks"]]
-    expected = compat._ElmoBiLm(*pair).eval()(batch_to_ids(sentences))
-    lengths = expected["mask"].sum(dim=1) - 2
+    with torch.no_grad():
+        assert_layers_match(compat._ElmoBiLm(*pair)(batch_to_ids(BLANK_WORDS)), reference, "bilm/blank_words")
+    lengths = reference["bilm/blank_words/mask"].sum(axis=1) - 2
     embedder = ElmoEmbedder(*pair, stateful=stateful)
-    arrays = embedder.embed_batch(sentences)
-    assert [array.shape for array in arrays] == [(3, 3, 32), (3, 2, 32), (3, 2, 32)]
+    arrays = embedder.embed_batch(BLANK_WORDS)
+    assert [array.shape for array in arrays] == [(3, 3, 32), (3, 2, 32), (3, 3, 32)]
     for row, array in enumerate(arrays):
-        layers = [layer[row, 1 : 1 + lengths[row]].detach().numpy() for layer in expected["activations"]]
-        assert np.allclose(array, np.stack(layers), atol=1e-6), f"sentence {row}"
-    assert not np.allclose(arrays[0][:, 1], arrays[0][:, 0], atol=1e-3)  # "" has a vector of its own
+        layers = [reference[f"bilm/blank_words/activation_{index}"][row, 1 : 1 + lengths[row]] for index in range(3)]
+        assert np.allclose(array, np.stack(layers), atol=ATOL), f"sentence {row}"
     embedder.reset_states()
-    assert np.allclose(embedder.embed_sentence(sentences[0]), arrays[0], atol=1e-6)
+    assert np.allclose(embedder.embed_sentence(BLANK_WORDS[0]), arrays[0], atol=1e-6)
     elmo = Elmo(*pair, num_output_representations=1, dropout=0.0).eval()
-    assert elmo(batch_to_ids(sentences))["mask"].sum(dim=1).tolist() == [3, 2, 2]
+    assert elmo(batch_to_ids(BLANK_WORDS))["mask"].sum(dim=1).tolist() == [3, 2, 3]
 
 
 def test_without_h5py_the_hdf5_pair_names_the_extra_and_a_cached_pair_needs_nothing(pair, monkeypatch, tmp_path):
