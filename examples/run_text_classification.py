@@ -25,6 +25,7 @@ from transformers import (
     HfArgumentParser,
     Trainer,
     TrainingArguments,
+    set_seed,
 )
 
 import elmo_hf
@@ -121,6 +122,7 @@ def main(argv=None):
                 model_args.model_name_or_path,
             )
         )
+    set_seed(training_args.seed)  # the head's new weights start from the seed, as the Trainer's data order does
     model = AutoModelForSequenceClassification.from_pretrained(
         model_args.model_name_or_path,
         num_labels=len(names),

@@ -28,6 +28,7 @@ from transformers import (
     HfArgumentParser,
     Trainer,
     TrainingArguments,
+    set_seed,
 )
 
 import elmo_hf  # registers the ELMo classes with the Auto classes; DEFAULT_MODEL
@@ -184,6 +185,7 @@ def main(argv=None):
                 existing, list(splits["train"][data_args.text_column_name]), model_args.model_name_or_path
             )
         )
+    set_seed(training_args.seed)  # the head's new weights start from the seed, as the Trainer's data order does
     model = AutoModelForTokenClassification.from_pretrained(
         model_args.model_name_or_path,
         num_labels=len(names),
