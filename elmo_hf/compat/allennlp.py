@@ -132,7 +132,7 @@ def _content_digest(*paths):
 
 def _convert_into(options_file, weight_file, folder):
     """Convert and verify the pair (elmo_hf.original_tf, as `elmo-hf convert`), then move it to `folder` whole."""
-    from ..original_tf import convert_hdf5
+    from ..convert_bilm_tf import convert_hdf5
 
     os.makedirs(os.path.dirname(folder), exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".converting-", dir=os.path.dirname(folder))
