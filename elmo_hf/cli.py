@@ -16,8 +16,9 @@ import torch.distributed as dist
 import transformers
 
 from . import DEFAULT_MODEL, corpus_builder
-from .elmoformanylangs import convert_efml
-from .original_tf import check_repo_id, convert_hdf5, convert_tf_checkpoint, push_to_hub
+from .convert_bilm_tf import convert_hdf5, convert_tf_checkpoint
+from .convert_common import check_repo_id, push_to_hub
+from .convert_elmoformanylangs import convert_efml
 from .perplexity import PROTOCOLS, evaluate_perplexity, load_language_model, read_sentences
 from .published import BASE_URL_VARIABLE, PUBLISHED_MODELS, convert_published
 from .user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error

@@ -9,7 +9,7 @@ the lower-level `_ElmoBiLm` and `_ElmoCharacterEncoder` (allennlp 2.10.1), and `
 
 Same names, arguments, defaults and outputs as allennlp, equal to allennlp 2.10.1's numbers within 1e-5 (tests
 against its stored outputs). `options_file`/`weight_file` take the published pair (local paths, or their URLs, which
-are downloaded once), converted on first use by `elmo_hf.original_tf.convert_hdf5` (checked against bilm-tf's
+are downloaded once), converted on first use by `elmo_hf.convert_bilm_tf.convert_hdf5` (checked against bilm-tf's
 arithmetic) and cached under `~/.cache/elmo_hf/allennlp/` by the files' content hash; or `options_file` names a
 converted elmo-hf checkpoint (a folder or Hub name) and `weight_file` is None.
 
@@ -135,7 +135,7 @@ def _content_digest(*paths):
 
 
 def _convert_into(options_file, weight_file, folder):
-    """Convert and verify the pair (elmo_hf.original_tf, as `elmo-hf convert`), then move it to `folder` whole."""
+    """Convert and verify the pair (elmo_hf.convert_bilm_tf, as `elmo-hf convert`), then move it to `folder` whole."""
     try:
         import h5py  # noqa: F401
     except ImportError as error:
@@ -144,7 +144,7 @@ def _convert_into(options_file, weight_file, folder):
             "'elmo-hf[conversion]' (once converted and cached, or with a converted elmo-hf checkpoint, nothing more "
             "is needed)"
         ) from error
-    from ..original_tf import convert_hdf5
+    from ..convert_bilm_tf import convert_hdf5
 
     os.makedirs(os.path.dirname(folder), exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".converting-", dir=os.path.dirname(folder))
