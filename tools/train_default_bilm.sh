@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Trains the next default English biLM on the registry-package corpus, or resumes it exactly where the last session
+# stopped. The run's state lives in the repository (training/elmo-english-small/checkpoint-N: weights, optimiser,
+# scheduler, random states and vocab.txt), so any machine continues it:
+#
+#     MINUTES=60 bash tools/train_default_bilm.sh       # trains for at most MINUTES, then saves and exits
+#
+# The corpus is rebuilt when absent and checked against elmo_hf/corpus_manifest.json, so the batches after a resume
+# are the ones an uninterrupted run would have drawn. Commit training/elmo-english-small after each session; once
+# the run reaches MAX_STEPS, package the model (conversion/package_default_model.py) and delete the folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MINUTES=${MINUTES:-60}
+MAX_STEPS=${MAX_STEPS:-16000}
+MIX=${MIX:-all}                      # a mix of tools/bilm_pilots.py: all, nonews, lessreligious
+CORPUS=${CORPUS:-outputs/corpus}
+STATE=training/elmo-english-small
+THREADS=${THREADS:-2}
+
+if [ ! -f "$CORPUS/manifest.json" ]; then
+    elmo-hf build-corpus "$CORPUS" --expect
+fi
+python - "$CORPUS" "$MIX" outputs/default-bilm-mix <<'EOF'
+import sys
+import runpy
+
+pilots = runpy.run_path("tools/bilm_pilots.py")
+from elmo_hf.corpus_builder import write_mix
+
+corpus, mix, output = sys.argv[1:]
+print(write_mix(corpus, pilots["MIXES"][mix], output))
+EOF
+
+resume=()
+step=$(ls -d "$STATE"/checkpoint-* 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -n 1 || true)
+if [ -n "$step" ]; then
+    last="$STATE/checkpoint-$step"
+    resume=(--resume_from_checkpoint "$last")
+    echo "resuming from $last"
+fi
+OMP_NUM_THREADS=$THREADS python examples/run_bilm_pretraining.py \
+    --train_file outputs/default-bilm-mix/train.txt --output_dir "$STATE" --do_train \
+    --filters small --num_highway_layers 1 --max_characters_per_token 50 --lstm_dim 512 --projection_dim 192 \
+    --num_lstm_layers 2 --num_sampled_negatives 1024 --pretraining_dropout 0.15 --max_vocab_size 20000 \
+    --max_words_per_sentence 80 --train_sampling_strategy group_by_length \
+    --optim adamw_torch --learning_rate 3e-3 --weight_decay 0 --warmup_steps 200 --lr_scheduler_type linear \
+    --max_steps "$MAX_STEPS" --per_device_train_batch_size 64 --max_grad_norm 1.0 \
+    --save_strategy steps --save_steps 250 --save_total_limit 1 --logging_steps 50 --report_to none \
+    --use_cpu --seed 0 --max_train_minutes "$MINUTES" "${resume[@]}"
