@@ -9,7 +9,8 @@ found through `derived_copy`, and `derived_copy` hands out a copy only under thi
 pass, the same dtype, shape and device as when it was made, and the same content fingerprint.**
 
 The fingerprint (`fingerprint`) is computed from the values themselves: each tensor viewed as a matrix (its last
-dimension the columns) gives the sum of every row and the sum of every column, accumulated in at least float32.
+dimension the columns) gives the sum of every column, each row weighted by a different factor (`1 + r / rows`), in
+at least float32: one matrix-vector product.
 
 Why this is sound:
 
@@ -19,18 +20,17 @@ Why this is sound:
   `assign=True` too), `.to(dtype)` and `.to(device)` round trips (a new storage, possibly at the old address),
   `from_pretrained` into an existing model, and any other writer (NumPy views, collective operations) all change
   the values, and every path reads the values. `requires_grad_` changes no value, and needs no new copy.
-- A change is missed only if it keeps every row sum and every column sum: for a change of one value, one that
-  float rounding of its row's and column's sums absorbs (below about 2^-24 times the row's largest magnitudes
-  times its length, far under the tolerances the outputs are held to); for several, changes that cancel in every
-  row and every column at once (`+d` and `-d` at the corners of a rectangle). Updates from gradients, averages and
-  copies of other weights do not cancel that way; a permutation of rows or columns (gates reordered, directions
-  swapped) moves the sums and is seen.
+- A change is missed only if it keeps every weighted column sum. For a change of one value: one that rounding of
+  its column's sum absorbs (below about 2^-24 times the column's summed magnitudes, so its effect on the outputs is
+  of that order too). For several: changes that cancel exactly in every column under the row weights. Updates from
+  gradients, averages and copies of other weights do not; a permutation of columns (gates reordered) moves values
+  between sums, and one of rows (directions swapped) changes their weights, so both are seen.
 - Nothing is kept from one pass to the next except the copy and the fingerprint it was made from: there is no
   invalidation to remember (no hook, no version counter bumped "where we remember to"), so no writer can be
   forgotten. Within one forward pass (`forward_pass`, opened by `ElmoModel.forward`) the weights are read as
   they were at the copy's first use: writing weights from another thread during a forward is a race in any case.
 
-The cost: one read of each weight that has a copy, once per forward pass (two reductions). The copies are read
+The cost: one read of each weight that has a copy, once per forward pass (one product). The copies are read
 once per word or step (the per-step products read the recurrent and projection copies at every step), so the check
 costs a small fraction of the products (`benchmarks/RESULTS.md` gives it per mode). A call outside any forward
 pass checks at every call.
@@ -41,6 +41,7 @@ model never meets them.
 
 import contextlib
 import contextvars
+import functools
 import itertools
 import weakref
 
@@ -76,13 +77,19 @@ def forward_pass():
 
 
 def fingerprint(tensor):
-    """The content fingerprint of `tensor`: the sums of the rows and of the columns of `tensor` viewed as
-    `(-1, last dimension)` (a 0- or 1-D tensor as one row), as one 1-D tensor, accumulated in float32 (float64 for
-    float64 tensors)."""
+    """The content fingerprint of `tensor`: with `tensor` viewed as a matrix `(rows, columns)` (its last dimension the
+    columns; a 0- or 1-D tensor one row), the sum of each column with row `r` weighted by `1 + r / rows`: one
+    product, `(columns,)`, computed in float32 (float64 for float64 tensors)."""
     values = tensor.detach()
-    matrix = values.reshape(1, -1) if values.dim() < 2 else values.reshape(-1, values.shape[-1])
-    dtype = torch.float64 if values.dtype == torch.float64 else torch.float32
-    return torch.cat([matrix.sum(dim=1, dtype=dtype), matrix.sum(dim=0, dtype=dtype)])
+    matrix = values.reshape(1, -1) if values.dim() < 2 else values.reshape(-1, values.shape[-1])  # (rows, columns)
+    if matrix.dtype not in (torch.float32, torch.float64):
+        matrix = matrix.float()  # sums in bfloat16 would round changes away
+    return _row_weights(matrix.shape[0], matrix.dtype, matrix.device) @ matrix  # (columns,)
+
+
+@functools.lru_cache(maxsize=64)
+def _row_weights(rows, dtype, device):
+    return 1 + torch.arange(rows, dtype=dtype, device=device) / rows  # (rows,), all different
 
 
 def _describe(tensor):
