@@ -11,8 +11,8 @@ setup(
     packages=find_packages(include=["elmo_hf", "elmo_hf.*"]),
     include_package_data=True,
     # The model card template, the offline `evaluate` metric modules (loaded by path, not imported), and the
-    # shipped default model (elmo_hf.DEFAULT_MODEL).
-    package_data={"elmo_hf": ["model_card.md", "metrics/*/*.py", "pretrained/*/*"]},
+    # shipped default model (elmo_hf.DEFAULT_MODEL) and the manifest of the corpus it was trained on.
+    package_data={"elmo_hf": ["model_card.md", "corpus_manifest.json", "metrics/*/*.py", "pretrained/*/*"]},
     install_requires=[
         "torch>=2.1",
         "transformers>=5.0",

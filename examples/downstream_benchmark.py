@@ -31,8 +31,8 @@ and a row reports the test accuracy of its epoch best on dev, as the recipe keep
 A scikit-learn baseline is printed beside each task: a bag-of-words logistic regression (polarity) and a
 feature-based logistic-regression tagger (UPOS). `--fractions 0.01 0.1` adds sample-efficiency columns for `pos`:
 every row, and the feature-based tagger, trained on that share of the training sentences (a seeded sample per seed);
-every run trains for at least `--min-updates` batches (200), so 1% of EWT (4 batches an epoch) gets 50 epochs instead
-of 8. `--fractions-only` skips the rows on all of EWT.
+every run trains for at least `--min-updates` batches (200, as the example scripts' `--min_updates`), so 1% of EWT (4
+batches an epoch) gets 50 epochs instead of 8. `--fractions-only` skips the rows on all of EWT.
 The biLM is frozen, so its layers are computed once per sentence and passed to every head as `elmo_hidden_states`:
 the numbers are those of heads that run the biLM themselves, at a fraction of the time.
 
@@ -48,7 +48,6 @@ import argparse
 import glob
 import io
 import json
-import math
 import os
 import platform
 import random
@@ -79,6 +78,7 @@ from elmo_hf.task_words import (
     initialise_task_words,
     pretrained_word_list,
 )
+from elmo_hf.training_schedule import MIN_UPDATES, epochs_for_min_updates, updates_per_epoch
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
 DECOMP = "decomp==0.3.2"
@@ -294,8 +294,8 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
     if task_words is not None:
         initialise_task_words(model, bilm_path=args.model)
     best_epoch = BestEpochOnDev(datasets, 4 * args.batch_size, last=not args.epoch_on_dev)
-    updates_per_epoch = math.ceil(len(datasets["train"]) / args.batch_size)
-    epochs = max(args.epochs[task], math.ceil(args.min_updates / updates_per_epoch))  # small shares: more epochs
+    per_epoch = updates_per_epoch(len(datasets["train"]), args.batch_size)
+    epochs = epochs_for_min_updates(args.epochs[task], per_epoch, args.min_updates)  # small shares: more epochs
     with tempfile.TemporaryDirectory() as output_dir:
         training_args = TrainingArguments(
             output_dir=output_dir,
@@ -621,7 +621,7 @@ def main(argv=None):
     parser.add_argument(
         "--min-updates",
         type=int,
-        default=200,
+        default=MIN_UPDATES,
         help="train at least this many batches (more epochs on a small share of the training sentences)",
     )
     parser.add_argument("--probe-epochs", type=int, default=3)

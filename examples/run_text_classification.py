@@ -5,6 +5,10 @@ Data: CSV or JSON lines files (a text column and a label column; labels are stri
 Raw text is split into words by `ElmoTokenizer`. Accuracy and macro-F1 come from the offline `classification_f1`
 module shipped in `elmo_hf.metrics`.
 
+Training makes at least `--min_updates` optimizer updates (200): with a small training set the number of epochs is
+raised until it does, and a line on stderr says so. `--num_train_epochs` is the least number of epochs;
+`--min_updates 0` trains exactly that many, and `--max_steps N` exactly N updates.
+
     python examples/run_text_classification.py [--model_name_or_path BILM_DIR] \
         --train_file train.csv --validation_file dev.csv --test_file test.csv \
         --output_dir out --do_train --do_eval --do_predict --num_train_epochs 3 \
@@ -25,11 +29,13 @@ from transformers import (
     HfArgumentParser,
     Trainer,
     TrainingArguments,
+    set_seed,
 )
 
 import elmo_hf
 from elmo_hf.metrics import metric_path
 from elmo_hf.task_words import TaskWordArguments
+from elmo_hf.training_schedule import MinUpdatesArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
 HEAD_FIELDS = (
@@ -99,8 +105,10 @@ def label_names(splits, label_column):
 
 
 def main(argv=None):
-    parser = HfArgumentParser((ModelArguments, TaskWordArguments, DataArguments, TrainingArguments))
-    model_args, task_word_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser(
+        (ModelArguments, TaskWordArguments, DataArguments, MinUpdatesArguments, TrainingArguments)
+    )
+    model_args, task_word_args, data_args, schedule_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     splits = load_splits(data_args)
     names = label_names(splits, data_args.label_column_name)
     existing = elmo_hf.ElmoConfig.from_pretrained(model_args.model_name_or_path)
@@ -121,6 +129,7 @@ def main(argv=None):
                 model_args.model_name_or_path,
             )
         )
+    set_seed(training_args.seed)  # the head's new weights start from the seed, as the Trainer's data order does
     model = AutoModelForSequenceClassification.from_pretrained(
         model_args.model_name_or_path,
         num_labels=len(names),
@@ -162,6 +171,10 @@ def main(argv=None):
     def compute_metrics(evaluation):
         return metric.compute(predictions=np.argmax(evaluation.predictions, -1), references=evaluation.label_ids)
 
+    if training_args.do_train and "train" in encoded:
+        raised = schedule_args.apply(training_args, len(encoded["train"]))  # small data: more epochs
+        if raised is not None and training_args.should_log:
+            print(raised, file=sys.stderr)
     trainer = Trainer(
         model=model,
         args=training_args,

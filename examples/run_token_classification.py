@@ -7,6 +7,10 @@ per example. Any tag set trains and is scored by the offline `seqeval_f1` module
 token accuracy always, entity precision/recall/F1 (seqeval) too when the tags are IOB (O, B-X, I-X). For tags such as
 part-of-speech, pick the best model by accuracy (`--metric_for_best_model accuracy`).
 
+Training makes at least `--min_updates` optimizer updates (200): with a small training set the number of epochs is
+raised until it does, and a line on stderr says so. `--num_train_epochs` is the least number of epochs;
+`--min_updates 0` trains exactly that many, and `--max_steps N` exactly N updates.
+
     python examples/run_token_classification.py [--model_name_or_path BILM_DIR] \
         --train_file train.conll --validation_file dev.conll --test_file test.conll \
         --output_dir out --do_train --do_eval --do_predict --num_train_epochs 3 \
@@ -28,11 +32,13 @@ from transformers import (
     HfArgumentParser,
     Trainer,
     TrainingArguments,
+    set_seed,
 )
 
 import elmo_hf  # registers the ELMo classes with the Auto classes; DEFAULT_MODEL
 from elmo_hf.metrics import metric_path
 from elmo_hf.task_words import TaskWordArguments
+from elmo_hf.training_schedule import MinUpdatesArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
 
 HEAD_FIELDS = (
@@ -163,8 +169,10 @@ def tokenize_and_align(examples, tokenizer, label2id, text_column, label_column,
 
 
 def main(argv=None):
-    parser = HfArgumentParser((ModelArguments, TaskWordArguments, DataArguments, TrainingArguments))
-    model_args, task_word_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser(
+        (ModelArguments, TaskWordArguments, DataArguments, MinUpdatesArguments, TrainingArguments)
+    )
+    model_args, task_word_args, data_args, schedule_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     splits = load_splits(data_args)
     names, are_ids = tag_names(splits, data_args.label_column_name)
 
@@ -184,6 +192,7 @@ def main(argv=None):
                 existing, list(splits["train"][data_args.text_column_name]), model_args.model_name_or_path
             )
         )
+    set_seed(training_args.seed)  # the head's new weights start from the seed, as the Trainer's data order does
     model = AutoModelForTokenClassification.from_pretrained(
         model_args.model_name_or_path,
         num_labels=len(names),
@@ -228,6 +237,10 @@ def main(argv=None):
         # accuracy always; precision, recall and f1 only for IOB tags
         return {key: scores[key] for key in ("precision", "recall", "f1", "accuracy") if key in scores}
 
+    if training_args.do_train and "train" in encoded:
+        raised = schedule_args.apply(training_args, len(encoded["train"]))  # small data: more epochs
+        if raised is not None and training_args.should_log:
+            print(raised, file=sys.stderr)
     trainer = Trainer(
         model=model,
         args=training_args,

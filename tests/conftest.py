@@ -1,4 +1,4 @@
-"""Shared test fixtures: the reference data in ../shared/fixtures, a tokenizer, the loopback Hub and guard, one
+"""Shared test fixtures: the reference fixtures (helpers.fixtures_path), a tokenizer, the loopback Hub and guard, one
 thread. Plain helpers (tiny random models, scripts loaded as modules, reference computations) are in helpers.py."""
 
 import os

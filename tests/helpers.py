@@ -49,9 +49,16 @@ def run_offline_without_repository(code, folder):
     return subprocess.run([sys.executable, "-c", code], cwd=folder, env=environment, capture_output=True, text=True)
 
 
+SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"  # the source of truth, beside the repository
+VENDORED_FIXTURES = REPO_ROOT / "tests" / "fixtures"  # its copy in the repository, for a fresh clone
+
+
 def fixtures_path():
-    """Where the reference fixtures are: $ELMO_FIXTURES, else ../shared/fixtures beside the repository."""
-    return pathlib.Path(os.environ.get("ELMO_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures"))
+    """Where the reference fixtures are: $ELMO_FIXTURES, else ../shared/fixtures beside the repository when it is
+    there, else the copy vendored in tests/fixtures (test_fixtures.py checks the two are identical)."""
+    if os.environ.get("ELMO_FIXTURES"):
+        return pathlib.Path(os.environ["ELMO_FIXTURES"])
+    return SHARED_FIXTURES if (SHARED_FIXTURES / "README.md").is_file() else VENDORED_FIXTURES
 
 
 def load_script(name, folder="examples"):

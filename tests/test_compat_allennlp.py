@@ -1,12 +1,14 @@
 """elmo_hf.compat.allennlp against real allennlp 2.10.1 outputs, and `elmo-hf embed` with `allennlp elmo`'s flags.
 
 The outputs in tests/data/allennlp/allennlp_elmo_reference.npz were written by tools/make_allennlp_reference.py (run
-with allennlp 2.10.1 in the peer venv) on the allennlp test weights of ../shared/fixtures/allennlp_elmo, which the
-tests here load through the same options.json + hdf5 pair.
+with allennlp 2.10.1 in the peer venv) on the allennlp test weights of the reference fixtures (allennlp_elmo/), which
+the tests here load through the same options.json + hdf5 pair. Below them, the malformed-input battery.
 """
 
 import json
 import logging
+import sys
+from functools import partial
 from pathlib import Path
 
 import h5py
@@ -270,7 +272,11 @@ def test_a_changed_weight_file_is_converted_and_checked_again(pair, tmp_path):
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        ({"options_file": None, "weight_file": None, "module": torch.nn.Linear(2, 2)}, "^module: not supported"),
+        (
+            {"options_file": None, "weight_file": None, "module": torch.nn.Linear(2, 2)},
+            r"^module: needs a positive int attribute num_layers .* got Linear\(in_features=2",
+        ),
+        ({"module": torch.nn.Linear(2, 2)}, "^module: pass options_file=None and weight_file=None with a module"),
         ({"num_output_representations": 0}, "^num_output_representations: must be a positive int, got 0"),
         ({"scalar_mix_parameters": [1.0, 2.0]}, r"^scalar_mix_parameters: needs 3 values .* got 2"),
         ({"requires_grad": True, "vocab_to_cache": ["a"]}, "^vocab_to_cache: cannot be combined with requires_grad"),
@@ -381,3 +387,181 @@ def test_fixed_scalar_mix_parameters_are_not_trained(pair):
         "scalar_mix_1.gamma",
         "scalar_mix_1.weights",
     ]
+
+
+# ---- malformed input: one line naming the value, before any torch code ----
+
+TORCH_ERRORS = (RuntimeError, IndexError, AttributeError, TypeError, KeyError)
+
+
+def assert_one_line_error(call, *named):
+    """`call()` raises UserInputError with one line that holds every string of `named`, and nothing else was raised
+    on the way (no torch error behind it)."""
+    with pytest.raises(UserInputError) as error:
+        call()
+    message = str(error.value)
+    assert "\n" not in message, message
+    for text in named:
+        assert text in message, f"{text!r} not in {message!r}"
+    assert not isinstance(error.value.__context__, TORCH_ERRORS), repr(error.value.__context__)
+
+
+@pytest.fixture(scope="module")
+def modules(pair):
+    """The drop-in's modules that take character ids, each as a function of them."""
+    elmo = Elmo(*pair, num_output_representations=1).eval()
+    bilm = compat._ElmoBiLm(*pair).eval()
+    encoder = compat._ElmoCharacterEncoder(*pair).eval()
+    token_embedder = compat.ElmoTokenEmbedder(*pair).eval()
+    return {"Elmo": elmo, "_ElmoBiLm": bilm, "_ElmoCharacterEncoder": encoder, "ElmoTokenEmbedder": token_embedder}
+
+
+def padded_in_the_middle():
+    ids = batch_to_ids([["a", "b", "c"]])
+    ids[0, 1] = 0
+    return ids
+
+
+def out_of_range(value):
+    ids = batch_to_ids([["a", "b"]])
+    ids[0, 1, 3] = value
+    return ids
+
+
+# (name, inputs, strings the error names)
+BAD_CHARACTER_IDS = [
+    ("rank 2", lambda: batch_to_ids([["a", "b"]])[0], ["inputs", "(2, 50)"]),
+    ("rank 1", lambda: batch_to_ids([["a"]])[0, 0], ["inputs", "(50,)"]),
+    ("float", lambda: batch_to_ids([["a", "b"]]).float(), ["inputs", "torch.float32"]),
+    ("bool", lambda: batch_to_ids([["a", "b"]]) > 0, ["inputs", "torch.bool"]),
+    ("a list", lambda: batch_to_ids([["a"]]).tolist(), ["inputs", "[[[", "(list)"]),
+    ("49 characters", lambda: batch_to_ids([["a", "b"]])[..., :49], ["inputs", "must be 50", "(1, 2, 49)"]),
+    ("51 characters", lambda: torch.nn.functional.pad(batch_to_ids([["a"]]), (0, 1)), ["must be 50", "(1, 1, 51)"]),
+    ("id 262", lambda: out_of_range(262), ["inputs", "0..261", "got 262 at index (0, 1, 3)"]),
+    ("id -1", lambda: out_of_range(-1), ["inputs", "0..261", "got -1 at index (0, 1, 3)"]),
+    ("no sentence", lambda: batch_to_ids([]), ["inputs", "at least one sentence", "(0, 0, 50)"]),
+    ("padding first", padded_in_the_middle, ["inputs", "word (0, 2) comes after a padding word"]),
+]
+
+
+@pytest.mark.parametrize("module_name", ["Elmo", "_ElmoBiLm", "_ElmoCharacterEncoder", "ElmoTokenEmbedder"])
+@pytest.mark.parametrize("case, inputs, named", BAD_CHARACTER_IDS, ids=[case[0] for case in BAD_CHARACTER_IDS])
+def test_malformed_character_ids_are_one_line_errors(modules, module_name, case, inputs, named):
+    module = modules[module_name]
+    if module_name in ("_ElmoBiLm", "_ElmoCharacterEncoder") and case.startswith("rank"):
+        named = [*named, "(batch, words, 50)"]
+    assert_one_line_error(lambda: module(inputs()), *named)
+
+
+def test_more_leading_dimensions_are_for_elmo_only(modules):
+    ids = batch_to_ids([["a", "b"]]).unsqueeze(0)  # (1, 1, 2, 50)
+    assert modules["Elmo"](ids)["elmo_representations"][0].shape == (1, 1, 2, 32)
+    for module in (modules["_ElmoBiLm"], modules["_ElmoCharacterEncoder"]):
+        assert_one_line_error(partial(module, ids), "inputs", "(batch, words, 50)", "(1, 1, 2, 50)")
+
+
+def test_malformed_word_inputs_are_one_line_errors(pair):
+    elmo = Elmo(*pair, num_output_representations=1, vocab_to_cache=["a", "b"]).eval()
+    ids = batch_to_ids([["a", "b"]])
+    assert_one_line_error(lambda: elmo(ids, torch.tensor([[1.0, 2.0]])), "word_inputs", "torch.float32")
+    assert_one_line_error(lambda: elmo(ids, torch.tensor([1, 2])), "word_inputs", "(1, 2)", "got (2,)")
+    assert_one_line_error(lambda: elmo(ids, [[1, 2]]), "word_inputs", "[[1, 2]] (list)")
+    assert_one_line_error(
+        lambda: Elmo(*pair, num_output_representations=1, vocab_to_cache=["a", None]), "vocab_to_cache[1]", "None"
+    )
+
+
+# (name, the call on an ElmoEmbedder, strings the error names)
+BAD_WORDS = [
+    ("batch_to_ids: a string", lambda embedder: batch_to_ids("The cat"), ["batch:", "'The cat' (str)"]),
+    ("batch_to_ids: strings", lambda embedder: batch_to_ids(["The cat"]), ["batch[0]:", "the string 'The cat'"]),
+    ("batch_to_ids: None", lambda embedder: batch_to_ids(None), ["batch:", "None (NoneType)"]),
+    ("batch_to_ids: None word", lambda embedder: batch_to_ids([["a", None]]), ["batch[0][1]:", "None (NoneType)"]),
+    ("batch_to_ids: int word", lambda embedder: batch_to_ids([["a"], [3]]), ["batch[1][0]:", "3 (int)"]),
+    ("batch_to_ids: bytes", lambda embedder: batch_to_ids([[b"a"]]), ["batch[0][0]:", "b'a' (bytes)"]),
+    ("embed_sentence: a string", lambda embedder: embedder.embed_sentence("The cat"), ["sentence:", "'The cat'"]),
+    ("embed_sentence: None word", lambda embedder: embedder.embed_sentence(["a", None]), ["sentence[1]:", "None"]),
+    ("embed_batch: a string", lambda embedder: embedder.embed_batch("The cat"), ["batch:", "'The cat' (str)"]),
+    ("embed_batch: strings", lambda embedder: embedder.embed_batch(["The", "cat"]), ["batch[0]:", "string 'The'"]),
+    ("embed_batch: int word", lambda embedder: embedder.embed_batch([["a", 1]]), ["batch[0][1]:", "1 (int)"]),
+    ("embed_sentences: a string", lambda embedder: list(embedder.embed_sentences("a b")), ["sentences:", "'a b'"]),
+    ("embed_sentences: strings", lambda e: list(e.embed_sentences(["a b"])), ["sentences[0]:", "the string 'a b'"]),
+    ("embed_sentences: None", lambda e: list(e.embed_sentences([["a"], None])), ["sentences[1]:", "None (NoneType)"]),
+    ("batch_to_embeddings: a string", lambda e: e.batch_to_embeddings("a b"), ["batch:", "'a b' (str)"]),
+    ("batch_to_embeddings: []", lambda e: e.batch_to_embeddings([]), ["batch:", "at least one", "empty list"]),
+]
+
+
+@pytest.mark.parametrize("case, call, named", BAD_WORDS, ids=[case[0] for case in BAD_WORDS])
+def test_malformed_words_are_one_line_errors(pair, case, call, named):
+    embedder = ElmoEmbedder(*pair)
+    assert_one_line_error(lambda: call(embedder), *named)
+
+
+BLANK_WORDS = [["The", "", "cat"], [" ", "sat"], ["no", "blanks", "here"]]  # as tools/make_allennlp_reference.py
+
+
+def assert_layers_match(output, reference, prefix):
+    assert np.array_equal(output["mask"].numpy(), reference[f"{prefix}/mask"])
+    assert len(output["activations"]) == 3
+    for index, activation in enumerate(output["activations"]):
+        expected = reference[f"{prefix}/activation_{index}"]
+        assert activation.shape == expected.shape
+        assert np.allclose(activation.detach().numpy(), expected, atol=ATOL), f"{prefix}, layer {index}"
+
+
+def test_elmo_bilm_every_layer_equals_allennlp_over_a_stateful_stream(pair, reference, sentences):
+    bilm = compat._ElmoBiLm(*pair, stateful=True)
+    assert (bilm.num_layers, bilm.get_output_dim(), bilm.stateful) == (3, 32, True)
+    used = 0
+    for step, rows in enumerate(STREAM_ROWS):
+        with torch.no_grad():
+            assert_layers_match(bilm(batch_to_ids(sentences[used : used + rows])), reference, f"bilm/stateful_{step}")
+        used += rows
+
+
+def test_character_encoder_equals_allennlp_padding_included(pair, reference, sentences):
+    encoder = compat._ElmoCharacterEncoder(*pair)
+    assert encoder.get_output_dim() == 16
+    with torch.no_grad():
+        output = encoder(batch_to_ids(sentences[:4]))
+    assert np.array_equal(output["mask"].numpy(), reference["char_encoder/mask"])
+    assert np.allclose(output["token_embedding"].numpy(), reference["char_encoder/token_embedding"], atol=ATOL)
+
+
+def test_elmo_over_a_given_module_and_the_token_embedder_equal_allennlp(pair, reference, sentences):
+    elmo = Elmo(None, None, 2, dropout=0.0, module=compat._ElmoBiLm(*pair)).eval()
+    assert elmo.get_output_dim() == 32 and elmo.bilm is elmo._elmo_lstm.model
+    char_ids = batch_to_ids(sentences[:4])
+    assert_matches(elmo(char_ids), reference, "elmo/module")
+    embedder = compat.ElmoTokenEmbedder(*pair, dropout=0.0).eval()
+    assert np.allclose(embedder(char_ids).detach().numpy(), reference["token_embedder"], atol=ATOL)
+    projected = compat.ElmoTokenEmbedder(*pair, projection_dim=5)
+    assert projected.get_output_dim() == 5 and projected(char_ids).shape == (4, char_ids.shape[1], 5)
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_empty_and_blank_words_are_words_in_elmo_and_elmo_embedder_alike(pair, reference, stateful):
+    """As allennlp: any string is a word, "" included (its characters: begin and end of word only)."""
+    with torch.no_grad():
+        assert_layers_match(compat._ElmoBiLm(*pair)(batch_to_ids(BLANK_WORDS)), reference, "bilm/blank_words")
+    lengths = reference["bilm/blank_words/mask"].sum(axis=1) - 2
+    embedder = ElmoEmbedder(*pair, stateful=stateful)
+    arrays = embedder.embed_batch(BLANK_WORDS)
+    assert [array.shape for array in arrays] == [(3, 3, 32), (3, 2, 32), (3, 3, 32)]
+    for row, array in enumerate(arrays):
+        layers = [reference[f"bilm/blank_words/activation_{index}"][row, 1 : 1 + lengths[row]] for index in range(3)]
+        assert np.allclose(array, np.stack(layers), atol=ATOL), f"sentence {row}"
+    embedder.reset_states()
+    assert np.allclose(embedder.embed_sentence(BLANK_WORDS[0]), arrays[0], atol=1e-6)
+    elmo = Elmo(*pair, num_output_representations=1, dropout=0.0).eval()
+    assert elmo(batch_to_ids(BLANK_WORDS))["mask"].sum(dim=1).tolist() == [3, 2, 3]
+
+
+def test_without_h5py_the_hdf5_pair_names_the_extra_and_a_cached_pair_needs_nothing(pair, monkeypatch, tmp_path):
+    Elmo(*pair, num_output_representations=1)  # converted and cached (with h5py)
+    monkeypatch.setitem(sys.modules, "h5py", None)  # `import h5py` now fails
+    Elmo(*pair, num_output_representations=1)  # the cached checkpoint loads without it
+    monkeypatch.setenv("ELMO_HF_CACHE", str(tmp_path / "empty_cache"))
+    with pytest.raises(ImportError, match=r"^weight_file: .* needs h5py: pip install 'elmo-hf\[conversion\]'"):
+        Elmo(*pair, num_output_representations=1)

@@ -10,8 +10,8 @@ import torch
 from helpers import REPO_ROOT, run_offline_without_repository
 
 from conversion.convert_elmo_original_tf_to_hf import main
-from elmo_hf import ElmoModel, ElmoTokenizer, original_tf
-from elmo_hf.original_tf import convert_hdf5, read_hdf5_weights
+from elmo_hf import ElmoModel, ElmoTokenizer, convert_bilm_tf
+from elmo_hf.convert_bilm_tf import convert_hdf5, read_hdf5_weights
 
 
 def copy_weights(source, destination, drop=None, replace=None, add=None):
@@ -60,7 +60,7 @@ def test_conversion_needs_no_tensorflow(fixtures_dir):
     folder = fixtures_dir / "allennlp_elmo"
     code = (
         "import sys; sys.modules['tensorflow'] = None\n"
-        "from elmo_hf.original_tf import convert_hdf5\n"
+        "from elmo_hf.convert_bilm_tf import convert_hdf5\n"
         f"convert_hdf5({str(folder / 'options.json')!r}, {str(folder / 'lm_weights.hdf5')!r})\n"
     )
     subprocess.run(
@@ -131,10 +131,10 @@ def test_unreadable_weight_file(fixtures_dir, tmp_path):
 
 def test_verification_catches_a_wrong_key_table(fixtures_dir, monkeypatch):
     """A converter that forgot the forget bias fails its own pre-save check."""
-    monkeypatch.setattr(original_tf, "_add_forget_bias", lambda bias: bias)
+    monkeypatch.setattr(convert_bilm_tf, "_add_forget_bias", lambda bias: bias)
     folder = fixtures_dir / "allennlp_elmo"
     with pytest.raises(ValueError, match="converted model differs from bilm-tf's arithmetic"):
-        original_tf.convert_hdf5(folder / "options.json", folder / "lm_weights.hdf5")
+        convert_bilm_tf.convert_hdf5(folder / "options.json", folder / "lm_weights.hdf5")
 
 
 def test_trust_remote_code_without_the_package(fixtures_dir, tmp_path):

@@ -17,7 +17,7 @@ from helpers import REPO_ROOT, tiny_model
 from transformers import AutoModel
 
 from elmo_hf import ElmoModel, ElmoPreTrainedModel
-from elmo_hf.original_tf import config_from_options, convert_hdf5, read_hdf5_weights
+from elmo_hf.convert_bilm_tf import config_from_options, convert_hdf5, read_hdf5_weights
 from elmo_hf.user_errors import UserInputError
 
 # ---- bilm-tf hdf5 weights and options.json (the converter) ----

@@ -9,7 +9,7 @@ import torch
 from helpers import WEIGHT_SETS, assert_close, random_batch, stateful_batches, tiny_model, tiny_model_and_batch
 
 from elmo_hf import cuda_graphs, cuda_kernels
-from elmo_hf.original_tf import convert_hdf5
+from elmo_hf.convert_bilm_tf import convert_hdf5
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
 

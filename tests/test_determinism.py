@@ -15,7 +15,7 @@ import torch
 from helpers import assert_same, tiny_model
 
 from elmo_hf import ElmoTokenizer
-from elmo_hf.original_tf import convert_hdf5
+from elmo_hf.convert_bilm_tf import convert_hdf5
 
 SENTENCES = [
     ["The", "same", "sentence", "gives", "the", "same", "vectors", "."],

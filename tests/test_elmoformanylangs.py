@@ -26,11 +26,11 @@ from elmo_hf import (
     ElmoModel,
     ElmoTokenizer,
     cli,
-    elmoformanylangs,
+    convert_elmoformanylangs,
 )
 from elmo_hf.compat.elmoformanylangs import Embedder
 from elmo_hf.configuration_elmo import ElmoConfigFieldError
-from elmo_hf.elmoformanylangs import convert_efml, read_lexicon
+from elmo_hf.convert_elmoformanylangs import convert_efml, read_lexicon
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "efml"
 SENTENCES = json.loads((DATA / "sentences.json").read_text(encoding="utf-8"))
@@ -251,7 +251,7 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys, case):
 
 def test_verification_catches_a_wrong_key_table(monkeypatch):
     """A converter that forgot to negate the highway gate fails its own pre-save check."""
-    original = elmoformanylangs.efml_key_table
+    original = convert_elmoformanylangs.efml_key_table
 
     def unsigned_gates(config):
         return [
@@ -261,7 +261,7 @@ def test_verification_catches_a_wrong_key_table(monkeypatch):
             for entry in original(config)
         ]
 
-    monkeypatch.setattr(elmoformanylangs, "efml_key_table", unsigned_gates)
+    monkeypatch.setattr(convert_elmoformanylangs, "efml_key_table", unsigned_gates)
     with pytest.raises(ValueError, match="converted model differs from ELMoForManyLangs' arithmetic"):
         convert_efml(DATA / "cnn_word")
 

@@ -116,7 +116,7 @@ def test_token_cache_gives_the_same_vectors_and_skips_the_character_cnn(embedder
 
 
 def test_token_cache_matches_bilm_tf_dumped_token_embeddings(fixtures_dir):
-    from elmo_hf.original_tf import convert_hdf5
+    from elmo_hf.convert_bilm_tf import convert_hdf5
 
     folder = fixtures_dir / "allennlp_elmo"
     model, _, _ = convert_hdf5(folder / "options.json", folder / "lm_weights.hdf5")

@@ -41,6 +41,8 @@ COMMON_ARGUMENTS = [
     "8",
     "--disable_tqdm",
     "true",
+    "--min_updates",  # exactly the epochs given (test_training_schedule.py tests the minimum)
+    "0",
 ]
 
 

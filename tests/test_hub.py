@@ -22,7 +22,7 @@ from transformers.utils import cached_file
 import elmo_hf
 from conversion import convert_all_published
 from conversion import convert_elmo_original_tf_to_hf as converter
-from elmo_hf import ElmoModel, ElmoTokenizer, original_tf
+from elmo_hf import ElmoModel, ElmoTokenizer, convert_bilm_tf, convert_common
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
 
@@ -67,9 +67,9 @@ def write_random_bilm_tf_files(directory, stem, config, seed=0):
     """options.json and an hdf5 weight file in the published bilm-tf layout, with random weights."""
     rng = np.random.default_rng(seed)
     with open(directory / f"{stem}_options.json", "w", encoding="utf-8") as options_file:
-        json.dump(original_tf.options_from_config(config), options_file)
+        json.dump(convert_bilm_tf.options_from_config(config), options_file)
     with h5py.File(directory / f"{stem}_weights.hdf5", "w") as weight_file:
-        for entry in original_tf.hdf5_key_table(config):
+        for entry in convert_bilm_tf.hdf5_key_table(config):
             if entry.source not in weight_file:
                 weight_file[entry.source] = (0.5 * rng.standard_normal(entry.source_shape)).astype(np.float32)
     return directory / f"{stem}_options.json", directory / f"{stem}_weights.hdf5"
@@ -239,7 +239,7 @@ def test_push_to_hub_needs_a_namespaced_repo_id(tmp_path, capsys):
     expected = "error: --push-to-hub: takes a repo id of the form namespace/name, got 'elmo-tiny'\n"
     assert capsys.readouterr().err == expected
     with pytest.raises(ValueError, match="namespace/name, got 'elmo-tiny'"):
-        original_tf.check_repo_id("elmo-tiny")
+        convert_common.check_repo_id("elmo-tiny")
 
 
 def test_missing_repo_file_or_revision_give_huggingface_hub_errors(loopback_hub):

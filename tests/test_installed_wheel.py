@@ -91,7 +91,7 @@ def test_convert_then_embed_outside_the_checkout(installed, fixtures_dir):
     )
     assert "converted 33 datasets; outputs match bilm-tf's arithmetic" in converted.stderr
     report = json.loads((work / "converted" / "conversion_report.json").read_text())
-    assert report["converter"] == "elmo_hf.original_tf" and report["verification_max_abs_difference"] < 1e-5
+    assert report["converter"] == "elmo_hf.convert_bilm_tf" and report["verification_max_abs_difference"] < 1e-5
     (work / "input.txt").write_text("The cat sat .\nHello\n", encoding="utf-8")
     run(
         ["elmo-hf", "embed", "input.txt", "vectors.npz", "--model", "converted", "--layers", "top", "--quiet"],

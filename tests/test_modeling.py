@@ -92,12 +92,8 @@ def test_gradients_reach_every_parameter(tokenizer):
 def test_config_options_equal_the_numpy_reference_of_bilm_tf(tokenizer, options):
     """Random weights in bilm-tf's hdf5 layout, converted, against the converter's NumPy transcription of bilm-tf's
     arithmetic (TF gate order, forget bias 1.0, optional clips, highways, skip connections)."""
-    from elmo_hf.original_tf import (
-        bilm_tf_reference_layers,
-        build_model,
-        convert_weights,
-        hdf5_key_table,
-    )
+    from elmo_hf.convert_bilm_tf import bilm_tf_reference_layers, hdf5_key_table
+    from elmo_hf.convert_common import build_model, convert_weights
 
     config = tiny_config(**options)
     rng = np.random.default_rng(0)

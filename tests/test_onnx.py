@@ -8,8 +8,8 @@ import torch
 from helpers import tiny_model
 
 from elmo_hf import cli
+from elmo_hf.convert_bilm_tf import convert_hdf5
 from elmo_hf.onnx_export import ElmoOnnxModel, export_onnx
-from elmo_hf.original_tf import convert_hdf5
 
 ATOL = 1e-5
 

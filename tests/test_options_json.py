@@ -1,4 +1,4 @@
-"""bilm-tf's options.json <-> ElmoConfig (elmo_hf.original_tf): every key read, bilm-tf's defaults and quirks, and
+"""bilm-tf's options.json <-> ElmoConfig (elmo_hf.convert_bilm_tf): every key read, bilm-tf's defaults and quirks, and
 errors that name the options key."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from elmo_hf import ElmoConfig
-from elmo_hf.original_tf import config_from_options, options_from_config
+from elmo_hf.convert_bilm_tf import config_from_options, options_from_config
 
 
 def test_config_from_options_reads_every_field(fixtures_dir):

@@ -9,7 +9,7 @@ import torch
 from helpers import WEIGHT_SETS, assert_close, stateful_batches
 
 from elmo_hf import ElmoModel, ElmoTokenizer
-from elmo_hf.original_tf import convert_hdf5
+from elmo_hf.convert_bilm_tf import convert_hdf5
 
 
 @pytest.fixture(scope="module", params=["converted", "round_trip"])

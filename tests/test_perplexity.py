@@ -186,7 +186,7 @@ def test_a_text_too_short_for_the_batch_is_an_error(lm, lm_tokenizer, vocabulary
 
 
 def test_converted_checkpoint_on_its_training_corpus(fixtures_dir):
-    from elmo_hf.original_tf import convert_tf_checkpoint
+    from elmo_hf.convert_bilm_tf import convert_tf_checkpoint
 
     checkpoint = fixtures_dir / "tiny_char_bilm_ckpt"
     model, tokenizer, _ = convert_tf_checkpoint(

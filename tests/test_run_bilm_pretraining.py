@@ -185,17 +185,9 @@ def test_length_grouped_batches_pad_less_and_cover_every_sentence_once_per_epoch
 
 
 LAUNCHERS = TWO_PROCESS_LAUNCHERS
-# The default suite runs torchrun only; ELMO_TEST_ALL_LAUNCHERS=1 adds accelerate's launcher (the same DDP).
-ALL_LAUNCHERS = os.environ.get("ELMO_TEST_ALL_LAUNCHERS") == "1"
 
 
-@pytest.mark.parametrize(
-    "launcher",
-    [
-        "torchrun",
-        pytest.param("accelerate", marks=pytest.mark.skipif(not ALL_LAUNCHERS, reason="set ELMO_TEST_ALL_LAUNCHERS=1")),
-    ],
-)
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])  # the same DDP; accelerate's adds ~20 s
 def test_two_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path, launcher):
     # SGD: Adam's first steps (update ~ lr * sign(gradient)) would magnify float noise in tiny gradients.
     # Full softmax (no random negatives) and sentences of equal length: the mean of the two processes' mean

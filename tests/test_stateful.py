@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from elmo_hf.original_tf import convert_hdf5
+from elmo_hf.convert_bilm_tf import convert_hdf5
 
 # Rows of each consecutive batch: 4, then 2 (rows 2 and 3 wait), then 4 again.
 BATCH_ROWS = [4, 2, 4]

@@ -10,7 +10,7 @@ from tf_checkpoint_writer import write_tf_checkpoint
 
 from conversion.convert_elmo_original_tf_to_hf import main
 from elmo_hf import ElmoForPreTraining, ElmoModel
-from elmo_hf.original_tf import convert_hdf5, convert_tf_checkpoint
+from elmo_hf.convert_bilm_tf import convert_hdf5, convert_tf_checkpoint
 from elmo_hf.tf_checkpoint_reader import read_tf_checkpoint
 
 

@@ -15,6 +15,9 @@ allennlp 2.10.1 no longer ships `ElmoEmbedder` (removed in 1.0). Its 0.9 semanti
 `remove_sentence_boundaries`, the layers stacked on axis 1, each sentence cut to its length. 0.9's `_ElmoBiLm` was
 stateful too: `embedder_stateful` keeps one biLM over consecutive batches (what 0.9's `embed_sentences` and
 `embed_file` did), `embedder_stateless` resets it before each batch.
+
+The lower-level modules are stored too: `_ElmoBiLm`'s layers over the same stream and on empty and blank words,
+`_ElmoCharacterEncoder`'s token vectors, `Elmo(None, None, 2, module=_ElmoBiLm(...))` and `ElmoTokenEmbedder`.
 """
 
 import argparse
@@ -41,6 +44,7 @@ SENTENCES = [
     ["Rates", "rose", "again", "in", "May", "."],
 ]
 BATCH = SENTENCES[:4]
+BLANK_WORDS = [["The", "", "cat"], [" ", "sat"], ["no", "blanks", "here"]]  # any string is a word in allennlp
 STREAM_ROWS = [4, 2, 3]  # the stateful stream: rows of consecutive batches
 MIX_PARAMETERS = [0.3, -0.5, 1.2]
 # Index 0 is padding, as in an allennlp vocabulary.
@@ -71,7 +75,8 @@ def main():
     sys.path.insert(0, str(args.peer))
     import allennlp_elmo_shim  # noqa: F401  (before allennlp)
     import torch
-    from allennlp.modules.elmo import Elmo, _ElmoBiLm, batch_to_ids
+    from allennlp.modules.elmo import Elmo, _ElmoBiLm, _ElmoCharacterEncoder, batch_to_ids
+    from allennlp.modules.token_embedders.elmo_token_embedder import ElmoTokenEmbedder
     from allennlp.nn.util import remove_sentence_boundaries
 
     torch.manual_seed(0)
@@ -87,6 +92,11 @@ def main():
     def store(prefix, output):
         for index, representation in enumerate(output["elmo_representations"]):
             out[f"{prefix}/representation_{index}"] = representation.detach().numpy()
+        out[f"{prefix}/mask"] = output["mask"].numpy()
+
+    def store_layers(prefix, output):
+        for index, activation in enumerate(output["activations"]):
+            out[f"{prefix}/activation_{index}"] = activation.numpy()
         out[f"{prefix}/mask"] = output["mask"].numpy()
 
     for name, kwargs in ELMO_CASES:
@@ -130,6 +140,24 @@ def main():
         used += rows
     model._elmo_lstm._elmo_lstm.reset_states()
     store("elmo/after_reset", model(char_ids))
+
+    # The lower-level modules: _ElmoBiLm's every layer with the boundaries (a stream, as above), on words that are
+    # empty or blank too; _ElmoCharacterEncoder (padding positions included); Elmo over a given module;
+    # ElmoTokenEmbedder.
+    bilm = _ElmoBiLm(options, weights).eval()
+    used = 0
+    for step, rows in enumerate(STREAM_ROWS):
+        with torch.no_grad():
+            store_layers(f"bilm/stateful_{step}", bilm(batch_to_ids(SENTENCES[used : used + rows])))
+        used += rows
+    with torch.no_grad():
+        store_layers("bilm/blank_words", _ElmoBiLm(options, weights).eval()(batch_to_ids(BLANK_WORDS)))
+        output = _ElmoCharacterEncoder(options, weights).eval()(char_ids)
+    out["char_encoder/token_embedding"] = output["token_embedding"].numpy()
+    out["char_encoder/mask"] = output["mask"].numpy()
+    model = Elmo(None, None, 2, dropout=0.0, module=_ElmoBiLm(options, weights)).eval()
+    store("elmo/module", model(char_ids))
+    out["token_embedder"] = ElmoTokenEmbedder(options, weights, dropout=0.0).eval()(char_ids).detach().numpy()
 
     # allennlp 0.9's ElmoEmbedder, from _ElmoBiLm: batches of 3 sentences in input order.
     def batch_to_embeddings(bilm, batch):

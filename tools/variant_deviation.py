@@ -15,7 +15,7 @@ import pathlib
 
 import torch
 
-from elmo_hf.original_tf import convert_hdf5
+from elmo_hf.convert_bilm_tf import convert_hdf5
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 

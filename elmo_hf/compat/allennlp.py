@@ -1,4 +1,5 @@
-"""allennlp's ELMo interface on elmo-hf: `Elmo` and `batch_to_ids` (allennlp 2.10.1) and `ElmoEmbedder` (allennlp 0.9).
+"""allennlp's ELMo interface on elmo-hf: `Elmo`, `batch_to_ids`, `ElmoTokenEmbedder`, `remove_sentence_boundaries` and
+the lower-level `_ElmoBiLm` and `_ElmoCharacterEncoder` (allennlp 2.10.1), and `ElmoEmbedder` (allennlp 0.9).
 
     from elmo_hf.compat.allennlp import Elmo, ElmoEmbedder, batch_to_ids   # was: from allennlp.modules.elmo import ...
 
@@ -8,7 +9,7 @@
 
 Same names, arguments, defaults and outputs as allennlp, equal to allennlp 2.10.1's numbers within 1e-5 (tests
 against its stored outputs). `options_file`/`weight_file` take the published pair (local paths, or their URLs, which
-are downloaded once), converted on first use by `elmo_hf.original_tf.convert_hdf5` (checked against bilm-tf's
+are downloaded once), converted on first use by `elmo_hf.convert_bilm_tf.convert_hdf5` (checked against bilm-tf's
 arithmetic) and cached under `~/.cache/elmo_hf/allennlp/` by the files' content hash; or `options_file` names a
 converted elmo-hf checkpoint (a folder or Hub name) and `weight_file` is None.
 
@@ -16,6 +17,8 @@ One difference, on purpose: allennlp's biLM carries its LSTM state from one call
 depend on what ran before it. Here `stateful=False` is the default (vectors depend only on the sentence);
 `stateful=True` restores allennlp's behaviour exactly, batches of changing size included (row i continues row i).
 The biLM math is `ElmoModel`'s, the mix is `ElmoScalarMix`, the cached vocabulary is `ElmoTokenCache`.
+A malformed argument (ids of the wrong rank, dtype, width or range; a word that is not a string; a string where a list
+of words belongs) raises `UserInputError` (a ValueError) with one line naming it, before any torch code runs.
 """
 
 import hashlib
@@ -54,6 +57,7 @@ def batch_to_ids(batch):
         `torch.LongTensor` of shape `(len(batch), longest sentence, 50)`: each word's 50 character ids (bilm-tf's,
         shifted by +1), padding words all zeros.
     """
+    _check_batch(batch)
     longest = max((len(sentence) for sentence in batch), default=0)
     ids = torch.zeros(len(batch), longest, MAX_CHARACTERS, dtype=torch.long)
     for row, sentence in enumerate(batch):
@@ -131,8 +135,16 @@ def _content_digest(*paths):
 
 
 def _convert_into(options_file, weight_file, folder):
-    """Convert and verify the pair (elmo_hf.original_tf, as `elmo-hf convert`), then move it to `folder` whole."""
-    from ..original_tf import convert_hdf5
+    """Convert and verify the pair (elmo_hf.convert_bilm_tf, as `elmo-hf convert`), then move it to `folder` whole."""
+    try:
+        import h5py  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            f"weight_file: reading the published .hdf5 weights ({weight_file}) needs h5py: pip install "
+            "'elmo-hf[conversion]' (once converted and cached, or with a converted elmo-hf checkpoint, nothing more "
+            "is needed)"
+        ) from error
+    from ..convert_bilm_tf import convert_hdf5
 
     os.makedirs(os.path.dirname(folder), exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".converting-", dir=os.path.dirname(folder))
@@ -146,6 +158,82 @@ def _convert_into(options_file, weight_file, folder):
                 os.rename(staging, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+# ---- what callers pass: checked first, so that a mistake is one line naming the value, never a torch error ----
+
+
+def _describe(value):
+    text = repr(value)
+    return f"{text[:60]}... ({type(value).__name__})" if len(text) > 60 else f"{text} ({type(value).__name__})"
+
+
+def _check_words(sentence, name):
+    """`sentence` must be a list (or tuple) of str; `name` says where it came from, e.g. "batch[2]"."""
+    if isinstance(sentence, str):
+        raise UserInputError(f"{name}: expected a list of words, got the string {sentence!r}; split it into words")
+    if not isinstance(sentence, (list, tuple)):
+        raise UserInputError(f"{name}: expected a list of words (str), got {_describe(sentence)}")
+    for index, word in enumerate(sentence):
+        if not isinstance(word, str):
+            raise UserInputError(f"{name}[{index}]: expected a word (str), got {_describe(word)}")
+
+
+def _check_batch(batch, name="batch"):
+    """`batch` must be a list (or tuple) of tokenized sentences."""
+    if isinstance(batch, str) or not isinstance(batch, (list, tuple)):
+        raise UserInputError(f"{name}: expected a list of tokenized sentences (lists of words), got {_describe(batch)}")
+    for index, sentence in enumerate(batch):
+        _check_words(sentence, f"{name}[{index}]")
+
+
+def _check_char_ids(inputs, config=None, name="inputs", exact_rank=True):
+    """`inputs` as `batch_to_ids` makes them, for the model of `config` (None: only the type and rank): an integer
+    tensor `(batch, words, 50)` (or with more leading dimensions unless `exact_rank`), ids in range, at least one
+    sentence, padding words (all zeros) only after each row's words. Returns it as a LongTensor."""
+    shape = "(batch, words, 50)" if exact_rank else "(batch, words, 50) or (..., words, 50)"
+    if not isinstance(inputs, torch.Tensor):
+        raise UserInputError(
+            f"{name}: expected a tensor of character ids {shape} from batch_to_ids, got {_describe(inputs)}"
+        )
+    if inputs.is_floating_point() or inputs.is_complex() or inputs.dtype == torch.bool:
+        raise UserInputError(
+            f"{name}: expected integer character ids (torch.long, from batch_to_ids), got dtype {inputs.dtype}"
+        )
+    if inputs.dim() < 3 or (exact_rank and inputs.dim() != 3):
+        raise UserInputError(
+            f"{name}: expected shape {shape} (character ids from batch_to_ids), got {tuple(inputs.shape)}"
+        )
+    if config is None:
+        return inputs
+    width, num_characters = config.max_characters_per_token, config.num_characters
+    if inputs.shape[-1] != width:
+        raise UserInputError(
+            f"{name}: the last dimension must be {width} (characters per word, from batch_to_ids), "
+            f"got shape {tuple(inputs.shape)}"
+        )
+    if inputs.shape[:-2].numel() == 0:  # no sentence (allennlp would fail inside torch)
+        raise UserInputError(f"{name}: expected at least one sentence, got shape {tuple(inputs.shape)}")
+    out_of_range = (inputs < 0) | (inputs >= num_characters)
+    if out_of_range.any():
+        index = tuple(out_of_range.nonzero()[0].tolist())
+        raise UserInputError(
+            f"{name}: character ids must be in 0..{num_characters - 1}, got {int(inputs[index])} at index {index}"
+        )
+    words = (inputs > 0).any(dim=-1)  # (..., words)
+    after_padding = words & ~words.cummin(dim=-1).values  # a word after a padding word of its row
+    if after_padding.any():
+        index = tuple(after_padding.nonzero()[0].tolist())
+        raise UserInputError(
+            f"{name}: word {index} comes after a padding word (all zero ids) in its row; padding "
+            "must follow each sentence's words"
+        )
+    return inputs.long()
+
+
+def _check_stateful(stateful):
+    if not isinstance(stateful, bool):
+        raise UserInputError(f"stateful: must be True or False, got {stateful!r}")
 
 
 # ---- the biLM with allennlp's sentence boundaries ----
@@ -168,22 +256,36 @@ def _with_boundaries(char_ids):
     return wrapped, positions < (lengths + 2).unsqueeze(1)
 
 
-def _without_boundaries(tensor, mask):
-    """allennlp's `remove_sentence_boundaries`: (batch, words + 2, ...) -> (batch, words, ...), padding zero."""
+def remove_sentence_boundaries(tensor, mask):
+    r"""
+    allennlp's `remove_sentence_boundaries` (`allennlp.nn.util`): drop the `<S>`/`</S>` positions of each row.
+
+    Args:
+        tensor (`torch.Tensor` of shape `(batch, words + 2, ...)`): with the boundaries, e.g. an `_ElmoBiLm`
+            activation.
+        mask (`torch.BoolTensor` of shape `(batch, words + 2)`): its real positions, boundaries included.
+
+    Returns:
+        (`tensor` without the boundaries `(batch, words, ...)`, padding zero; the mask `(batch, words)`).
+    """
     lengths = mask.sum(dim=1) - 2  # (batch,)
     new_mask = torch.arange(tensor.shape[1] - 2, device=tensor.device) < lengths.unsqueeze(1)  # (batch, words)
     inner = tensor[:, 1:-1]
     return inner.masked_fill(~new_mask.view(*new_mask.shape, *[1] * (inner.dim() - 2)), 0.0), new_mask
 
 
-class _BiLmRunner:
-    """Runs `ElmoModel` on allennlp-style character ids (no boundaries), carrying the LSTM state when stateful."""
+class _LstmState:
+    """Runs `ElmoModel` on allennlp-style character ids (no boundaries), carrying the LSTM state when stateful (the
+    part of allennlp's `_ElmoBiLm._elmo_lstm` that callers reach: `reset_states()`)."""
 
     def __init__(self, stateful):
         self.stateful = stateful
         self.lstm_states = None
 
-    def __call__(self, model, char_ids, token_cache=None):
+    def reset_states(self):
+        self.lstm_states = None
+
+    def run(self, model, char_ids, token_cache=None):
         """char_ids (batch, words, 50) -> (layers: list of (batch, words + 2, dim), mask (batch, words + 2))."""
         wrapped, mask = _with_boundaries(char_ids)
         output = model(
@@ -197,9 +299,153 @@ class _BiLmRunner:
         return list(output.hidden_states), mask
 
 
-def _check_stateful(stateful):
-    if not isinstance(stateful, bool):
-        raise UserInputError(f"stateful: must be True or False, got {stateful!r}")
+def _load_frozen(options_file, weight_file, requires_grad):
+    model = load_elmo_model(options_file, weight_file)
+    model.requires_grad_(bool(requires_grad))
+    model.train(False)  # the biLM has no dropout of its own; train() reaches it but changes nothing
+    return model
+
+
+class _ElmoCharacterEncoder(nn.Module):
+    r"""
+    allennlp's `_ElmoCharacterEncoder`: the context-independent token vectors (character CNN, highways, projection)
+    of each word and of the `<S>`/`</S>` boundaries it adds.
+
+    Args:
+        options_file, weight_file: as for [`Elmo`].
+        requires_grad (bool, defaults to False): fine-tune the encoder's parameters.
+    """
+
+    def __init__(self, options_file, weight_file, requires_grad=False):
+        super().__init__()
+        self.model = _load_frozen(options_file, weight_file, requires_grad)
+        self.requires_grad = bool(requires_grad)
+        self.output_dim = self.model.config.projection_dim
+
+    @classmethod
+    def _sharing(cls, model):
+        """An encoder over the character encoder of `model`, which the caller owns (not registered here, so that
+        its parameters appear once in the caller's state dict)."""
+        encoder = cls.__new__(cls)
+        nn.Module.__init__(encoder)
+        object.__setattr__(encoder, "model", model)
+        encoder.requires_grad = any(parameter.requires_grad for parameter in model.parameters())
+        encoder.output_dim = model.config.projection_dim
+        return encoder
+
+    def get_output_dim(self):
+        """`projection_dim`, the width of each token vector."""
+        return self.output_dim
+
+    def forward(self, inputs):
+        r"""
+        Args:
+            inputs (`torch.LongTensor` of shape `(batch, words, 50)`): from `batch_to_ids`.
+
+        Returns:
+            dict: `"token_embedding"` `(batch, words + 2, get_output_dim())`, `<S>` first and `</S>` after each row's
+            words (padding positions hold the encoder's vector of an all-zero word, as allennlp's), and `"mask"`, a
+            `torch.BoolTensor` `(batch, words + 2)`.
+        """
+        wrapped, mask = _with_boundaries(_check_char_ids(inputs, self.model.config))
+        return {"mask": mask, "token_embedding": self.model.character_encoder(wrapped)}
+
+
+class _ElmoBiLm(nn.Module):
+    r"""
+    allennlp's `_ElmoBiLm`: every layer of the biLM, sentence boundaries included.
+
+    Args:
+        options_file, weight_file: as for [`Elmo`].
+        requires_grad (bool, defaults to False): fine-tune the biLM's parameters.
+        vocab_to_cache (list of str, optional): words whose token vectors are computed once; `forward` then takes
+            `word_inputs`, indices into this list (index 0 is padding). An index outside it falls back to `inputs`.
+        stateful (bool, defaults to False): carry the LSTM state from one call to the next as allennlp did (row i
+            continues row i; `reset_states()` forgets it). False: every call starts from zeros.
+
+    Attributes:
+        num_layers (int): the token layer and the LSTM layers.
+        model ([`ElmoModel`]): the biLM that runs.
+    """
+
+    def __init__(self, options_file, weight_file, requires_grad=False, vocab_to_cache=None, stateful=False):
+        super().__init__()
+        _check_stateful(stateful)
+        if requires_grad and vocab_to_cache:
+            raise UserInputError(
+                "vocab_to_cache: cannot be combined with requires_grad=True here: the cached vectors are fixed "
+                "(allennlp trained them as a separate table, a mode its own warning calls not well defined)"
+            )
+        self.model = _load_frozen(options_file, weight_file, requires_grad)
+        self._requires_grad = bool(requires_grad)
+        object.__setattr__(self, "_token_embedder", _ElmoCharacterEncoder._sharing(self.model))
+        self._elmo_lstm = _LstmState(stateful)
+        self.num_layers = self.model.config.num_lstm_layers + 1
+        self._token_cache = None
+        if vocab_to_cache:
+            self.create_cached_cnn_embeddings(vocab_to_cache)
+
+    @property
+    def stateful(self):
+        return self._elmo_lstm.stateful
+
+    def reset_states(self):
+        """Forget the carried LSTM state (stateful mode): the next call starts from zeros."""
+        self._elmo_lstm.reset_states()
+
+    def get_output_dim(self):
+        """The width of each layer: `2 * projection_dim`."""
+        return 2 * self.model.config.projection_dim
+
+    def create_cached_cnn_embeddings(self, tokens):
+        """Compute the token vectors of `tokens` (a list of str) once; `forward`'s `word_inputs` index this list."""
+        _check_words(tokens, "vocab_to_cache")
+        vocabulary_ids = torch.tensor([word_to_char_ids(word, MAX_CHARACTERS) for word in tokens])  # (V, 50)
+        device = self.model.device
+        self.register_buffer("_vocabulary_char_ids", vocabulary_ids.to(device), persistent=False)
+        with torch.no_grad():
+            self._token_cache = ElmoTokenCache(
+                self.model.character_encoder, torch.cat([_boundary_ids(device), self._vocabulary_char_ids])
+            )
+
+    def forward(self, inputs, word_inputs=None):
+        r"""
+        Args:
+            inputs (`torch.LongTensor` of shape `(batch, words, 50)`): from `batch_to_ids`.
+            word_inputs (`torch.LongTensor` of shape `(batch, words)`, optional): indices into `vocab_to_cache`; used
+                only when the biLM has a cached vocabulary.
+
+        Returns:
+            dict: `"activations"`, a list of `num_layers` tensors `(batch, words + 2, get_output_dim())` (the token
+            layer `[x; x]` first, zero at padding), and `"mask"`, a `torch.BoolTensor` `(batch, words + 2)`.
+        """
+        char_ids = _check_char_ids(inputs, self.model.config)
+        if self._token_cache is not None and word_inputs is not None:
+            char_ids = self._cached_word_char_ids(_check_word_ids(word_inputs, char_ids.shape[:-1]), char_ids)
+        layers, mask = self._elmo_lstm.run(self.model, char_ids, self._token_cache)
+        layers[0] = layers[0] * mask.unsqueeze(-1)
+        return {"activations": layers, "mask": mask}
+
+    def _cached_word_char_ids(self, word_ids, char_ids):
+        """The character ids of cached words (padding, id 0, all zeros). As allennlp, an id outside the vocabulary
+        falls back to the character ids given in `inputs`."""
+        vocabulary = self._vocabulary_char_ids
+        if word_ids.numel() and (int(word_ids.min()) < 0 or int(word_ids.max()) >= vocabulary.shape[0]):
+            logger.warning("word_inputs hold ids outside vocab_to_cache; running the character CNN on inputs instead")
+            return char_ids
+        return vocabulary[word_ids] * (word_ids > 0).unsqueeze(-1)  # (batch, words, 50)
+
+
+def _check_word_ids(word_inputs, shape):
+    if not isinstance(word_inputs, torch.Tensor) or word_inputs.is_floating_point() or word_inputs.dtype == torch.bool:
+        described = word_inputs.dtype if isinstance(word_inputs, torch.Tensor) else _describe(word_inputs)
+        raise UserInputError(f"word_inputs: expected integer indices into vocab_to_cache, got {described}")
+    if tuple(word_inputs.shape) != tuple(shape):
+        raise UserInputError(
+            f"word_inputs: expected shape {tuple(shape)} (inputs' without the characters), got "
+            f"{tuple(word_inputs.shape)}"
+        )
+    return word_inputs.long()
 
 
 class Elmo(nn.Module):
@@ -208,8 +454,8 @@ class Elmo(nn.Module):
 
     Args:
         options_file (str): the published options.json (path or URL), or a converted elmo-hf checkpoint (a folder or
-            Hub name) with `weight_file=None`.
-        weight_file (str): the published weights .hdf5 (path or URL); None with a checkpoint.
+            Hub name) with `weight_file=None`. None with `module`.
+        weight_file (str): the published weights .hdf5 (path or URL); None with a checkpoint or `module`.
         num_output_representations (int): how many mixes (each with its own weights and gamma) to return.
         requires_grad (bool, defaults to False): fine-tune the biLM's parameters too.
         do_layer_norm (bool, defaults to False): normalise each layer before mixing (over the real positions,
@@ -219,7 +465,10 @@ class Elmo(nn.Module):
             takes `word_inputs`, indices into this list (index 0 is padding).
         keep_sentence_boundaries (bool, defaults to False): keep the `<S>`/`</S>` positions: `words + 2` per row.
         scalar_mix_parameters (list of floats, optional): fixed (not trained) un-normalised layer weights.
-        module (optional): allennlp's replacement biLM module; not supported (raises).
+        module (`torch.nn.Module`, optional): the biLM to mix instead of loading one, e.g. an [`_ElmoBiLm`], with
+            `options_file=None` and `weight_file=None`: as in allennlp, it has a `num_layers` attribute and a
+            `get_output_dim()` method, and its forward takes `(inputs, word_inputs)` and returns a dict with
+            `"activations"` and `"mask"`. `requires_grad` and `stateful` are then the module's own.
         stateful (bool, defaults to False): carry the LSTM state from one call to the next as allennlp did (row i
             continues row i; `reset_states()` forgets it). False: every call starts from zeros.
     """
@@ -239,26 +488,21 @@ class Elmo(nn.Module):
         stateful=False,
     ):
         super().__init__()
-        if module is not None:
-            raise UserInputError(
-                "module: not supported: it replaces the biLM with an allennlp module, which only allennlp can run; "
-                "pass options_file and weight_file (or a converted elmo-hf checkpoint)"
-            )
         count = num_output_representations
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise UserInputError(f"num_output_representations: must be a positive int, got {count!r}")
         if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
             raise UserInputError(f"dropout: must be a probability in [0, 1), got {dropout!r}")
-        if requires_grad and vocab_to_cache:
-            raise UserInputError(
-                "vocab_to_cache: cannot be combined with requires_grad=True here: the cached vectors are fixed "
-                "(allennlp trained them as a separate table, a mode its own warning calls not well defined)"
-            )
         _check_stateful(stateful)
-        self.bilm = load_elmo_model(options_file, weight_file)
-        self.bilm.requires_grad_(bool(requires_grad))
-        self.bilm.train(False)  # the biLM has no dropout of its own; train() reaches it but changes nothing
-        num_layers = self.bilm.config.num_lstm_layers + 1
+        if module is not None:
+            _check_module(module, options_file, weight_file, stateful)
+            self._elmo_lstm = module
+        else:
+            self._elmo_lstm = _ElmoBiLm(
+                options_file, weight_file, requires_grad=requires_grad, vocab_to_cache=vocab_to_cache, stateful=stateful
+            )
+        self._has_cached_vocab = bool(vocab_to_cache) if module is None else vocab_to_cache is not None
+        num_layers = self._elmo_lstm.num_layers
         if scalar_mix_parameters is not None and len(scalar_mix_parameters) != num_layers:
             raise UserInputError(
                 f"scalar_mix_parameters: needs {num_layers} values (the token layer and "
@@ -276,28 +520,24 @@ class Elmo(nn.Module):
             self._scalar_mixes.append(mix)
         self._dropout = nn.Dropout(p=dropout)
         self._keep_sentence_boundaries = keep_sentence_boundaries
-        self._runner = _BiLmRunner(stateful)
-        self._token_cache = None
-        if vocab_to_cache:
-            words = [str(word) for word in vocab_to_cache]
-            vocabulary_ids = torch.tensor([word_to_char_ids(word, MAX_CHARACTERS) for word in words])  # (V, 50)
-            self.register_buffer("_vocabulary_char_ids", vocabulary_ids, persistent=False)
-            with torch.no_grad():
-                self._token_cache = ElmoTokenCache(
-                    self.bilm.character_encoder, torch.cat([_boundary_ids("cpu"), vocabulary_ids])
-                )
+
+    @property
+    def bilm(self):
+        """The [`ElmoModel`] that runs (None when `module` is not an `_ElmoBiLm`)."""
+        return self._elmo_lstm.model if isinstance(self._elmo_lstm, _ElmoBiLm) else None
 
     @property
     def stateful(self):
-        return self._runner.stateful
+        return getattr(self._elmo_lstm, "stateful", False)
 
     def get_output_dim(self):
         """The width of each representation: `2 * projection_dim`."""
-        return 2 * self.bilm.config.projection_dim
+        return self._elmo_lstm.get_output_dim()
 
     def reset_states(self):
         """Forget the carried LSTM state (stateful mode): the next call starts from zeros."""
-        self._runner.lstm_states = None
+        if hasattr(self._elmo_lstm, "reset_states"):
+            self._elmo_lstm.reset_states()
 
     def forward(self, inputs, word_inputs=None):
         r"""
@@ -311,42 +551,116 @@ class Elmo(nn.Module):
             `(batch, words, get_output_dim())` (`words + 2` with `keep_sentence_boundaries`), and `"mask"`, a
             `torch.BoolTensor` of shape `(batch, words)`; leading dimensions as in the input.
         """
+        bilm = self._elmo_lstm
+        inputs = _check_char_ids(inputs, bilm.model.config if isinstance(bilm, _ElmoBiLm) else None, exact_rank=False)
         original_shape = inputs.size()
         char_ids = inputs.view(-1, *original_shape[-2:]) if len(original_shape) > 3 else inputs
         if word_inputs is not None:
-            original_word_size = word_inputs.size()
-            if self._token_cache is None:
+            if not self._has_cached_vocab:
                 logger.warning("Word inputs were passed to ELMo but it does not have a cached vocab.")
+                word_inputs = None
             else:
-                char_ids = self._cached_word_char_ids(word_inputs.reshape(-1, original_word_size[-1]), char_ids)
-        layers, mask_with_boundaries = self._runner(self.bilm, char_ids, self._token_cache)
+                original_word_size = _check_word_ids(word_inputs, original_shape[:-1]).size()
+                word_inputs = word_inputs.reshape(-1, original_word_size[-1])
+        bilm_output = bilm(char_ids, word_inputs)
+        layers, mask_with_boundaries = bilm_output["activations"], bilm_output["mask"]
         representations = []
         for mix in self._scalar_mixes:
             mixed = mix(layers, mask_with_boundaries)  # (batch, words + 2, dim)
             if self._keep_sentence_boundaries:
                 representation, mask = mixed, mask_with_boundaries
             else:
-                representation, mask = _without_boundaries(mixed, mask_with_boundaries)
+                representation, mask = remove_sentence_boundaries(mixed, mask_with_boundaries)
             representations.append(self._dropout(representation))
-        if word_inputs is not None and len(original_word_size) > 2:
-            leading = tuple(original_word_size)
-        elif len(original_shape) > 3:
-            leading = tuple(original_shape[:-1])
-        else:
+        if len(original_shape) <= 3:
             return {"elmo_representations": representations, "mask": mask}
+        leading = tuple(original_shape[:-2]) + (mask.shape[-1],)
         return {
             "elmo_representations": [representation.view(*leading, -1) for representation in representations],
             "mask": mask.view(leading),
         }
 
-    def _cached_word_char_ids(self, word_ids, char_ids):
-        """The character ids of cached words (padding, id 0, all zeros). As allennlp, an id outside the vocabulary
-        falls back to the character ids given in `inputs`."""
-        vocabulary = self._vocabulary_char_ids
-        if word_ids.numel() and (int(word_ids.min()) < 0 or int(word_ids.max()) >= vocabulary.shape[0]):
-            logger.warning("word_inputs hold ids outside vocab_to_cache; running the character CNN on inputs instead")
-            return char_ids
-        return vocabulary[word_ids] * (word_ids > 0).unsqueeze(-1)  # (batch, words, 50)
+
+def _check_module(module, options_file, weight_file, stateful):
+    if options_file is not None or weight_file is not None:
+        raise UserInputError(
+            f"module: pass options_file=None and weight_file=None with a module, got {options_file!r} and "
+            f"{weight_file!r}"
+        )
+    if stateful:
+        raise UserInputError("stateful: give it to the module (e.g. _ElmoBiLm(..., stateful=True)), not with module")
+    num_layers = getattr(module, "num_layers", None)
+    if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
+        raise UserInputError(
+            f"module: needs a positive int attribute num_layers (the layers it returns), got {_describe(module)}"
+        )
+    if not callable(getattr(module, "get_output_dim", None)) or not callable(module):
+        raise UserInputError(f"module: needs get_output_dim() and a forward, got {_describe(module)}")
+
+
+class ElmoTokenEmbedder(nn.Module):
+    r"""
+    allennlp's `ElmoTokenEmbedder`: one mix of the biLM's layers (an [`Elmo`] with `num_output_representations=1`),
+    optionally projected.
+
+    Args:
+        options_file, weight_file: as for [`Elmo`]; when both are None, the published "original" model (allennlp's
+            default), downloaded on first use.
+        do_layer_norm, dropout, requires_grad, vocab_to_cache, scalar_mix_parameters, stateful: as for [`Elmo`].
+        projection_dim (int, optional): project each vector to this width with a trained linear layer.
+    """
+
+    def __init__(
+        self,
+        options_file=None,
+        weight_file=None,
+        do_layer_norm=False,
+        dropout=0.5,
+        requires_grad=False,
+        projection_dim=None,
+        vocab_to_cache=None,
+        scalar_mix_parameters=None,
+        stateful=False,
+    ):
+        super().__init__()
+        if options_file is None and weight_file is None:
+            options_file, weight_file = _published_original()
+        self._elmo = Elmo(
+            options_file,
+            weight_file,
+            1,
+            do_layer_norm=do_layer_norm,
+            dropout=dropout,
+            requires_grad=requires_grad,
+            vocab_to_cache=vocab_to_cache,
+            scalar_mix_parameters=scalar_mix_parameters,
+            stateful=stateful,
+        )
+        if projection_dim is not None and (isinstance(projection_dim, bool) or not isinstance(projection_dim, int)):
+            raise UserInputError(f"projection_dim: must be a positive int or None, got {projection_dim!r}")
+        self._projection = nn.Linear(self._elmo.get_output_dim(), projection_dim) if projection_dim else None
+        self.output_dim = projection_dim or self._elmo.get_output_dim()
+
+    def get_output_dim(self):
+        return self.output_dim
+
+    def forward(self, elmo_tokens, word_inputs=None):
+        r"""
+        Args:
+            elmo_tokens (`torch.LongTensor` of shape `(batch, words, 50)`): from `batch_to_ids`.
+            word_inputs (`torch.LongTensor` of shape `(batch, words)`, optional): as for [`Elmo`].
+
+        Returns:
+            `torch.Tensor` of shape `(batch, words, get_output_dim())`.
+        """
+        representation = self._elmo(elmo_tokens, word_inputs)["elmo_representations"][0]
+        return representation if self._projection is None else self._projection(representation)
+
+
+def _published_original():
+    from ..published import published_model
+
+    return published_model("original").urls()
 
 
 class ElmoEmbedder:
@@ -373,45 +687,48 @@ class ElmoEmbedder:
         _check_stateful(stateful)
         device = "cpu" if cuda_device < 0 else f"cuda:{cuda_device}"
         if options_file is None and weight_file is None:
-            from ..published import published_model
-
-            options_file, weight_file = published_model("original").urls()
+            options_file, weight_file = _published_original()
         self.cuda_device = cuda_device
         self.embedder = _Embedder(load_elmo_model(options_file, weight_file), device=device)
-        self._runner = _BiLmRunner(stateful)
+        self._elmo_lstm = _LstmState(stateful)
 
     @property
     def stateful(self):
-        return self._runner.stateful
+        return self._elmo_lstm.stateful
 
     def reset_states(self):
         """Forget the carried LSTM state (stateful mode)."""
-        self._runner.lstm_states = None
+        self._elmo_lstm.reset_states()
 
     @torch.inference_mode()
     def batch_to_embeddings(self, batch):
         """
         Args:
-            batch (list of lists of str): tokenized sentences.
+            batch (list of lists of str): tokenized sentences, at least one.
 
         Returns:
             (activations `(batch, layers, words, dim)`, mask `torch.LongTensor` `(batch, words)`), without `<S>`/`</S>`.
         """
         char_ids = batch_to_ids(batch).to(self.embedder.device)
-        layers, mask = self._runner(self.embedder.model, char_ids, self.embedder.token_cache)
-        without = [_without_boundaries(layer.float(), mask) for layer in layers]
+        if not len(batch):
+            raise UserInputError("batch: expected at least one tokenized sentence, got an empty list")
+        layers, mask = self._elmo_lstm.run(self.embedder.model, char_ids, self.embedder.token_cache)
+        without = [remove_sentence_boundaries(layer.float(), mask) for layer in layers]
         return torch.stack([layer for layer, _ in without], dim=1), without[0][1].long()
 
     def embed_sentence(self, sentence):
-        """One tokenized sentence -> float32 array `(layers, words, dim)`."""
+        """One tokenized sentence (a list of str) -> float32 array `(layers, words, dim)`."""
+        _check_words(sentence, "sentence")
         return self.embed_batch([sentence])[0]
 
     def embed_batch(self, batch):
         """Tokenized sentences -> a list of float32 arrays `(layers, words, dim)`; an empty sentence gives
-        `(layers, 0, dim)`."""
+        `(layers, 0, dim)`. Any string is a word, "" included, as in allennlp (`batch_to_ids` gives it the
+        begin- and end-of-word characters only)."""
+        _check_batch(batch)
         if not batch:
             return []
-        if not self.stateful and all(batch):
+        if self._plain_words(batch):
             return self.embedder.embed_sentences(batch, layers="all", batch_size=len(batch))
         if all(not sentence for sentence in batch):
             return [self._empty() for _ in batch]
@@ -425,9 +742,14 @@ class ElmoEmbedder:
     def embed_sentences(self, sentences, batch_size=DEFAULT_BATCH_SIZE):
         """Yield `embed_batch`'s arrays for an iterable of tokenized sentences, in input order, `batch_size` at a time
         (stateless: sentences are grouped by length within each 1000, which gives the same vectors faster)."""
+        if isinstance(sentences, str) or not hasattr(sentences, "__iter__"):
+            raise UserInputError(
+                f"sentences: expected tokenized sentences (lists of words), got {_describe(sentences)}"
+            )
         group = batch_size if self.stateful else max(batch_size, 1000)
         pending = []
-        for sentence in sentences:
+        for index, sentence in enumerate(sentences):
+            _check_words(sentence, f"sentences[{index}]")
             pending.append(sentence)
             if len(pending) == group:
                 yield from self._embed_group(pending, batch_size)
@@ -435,8 +757,13 @@ class ElmoEmbedder:
         if pending:
             yield from self._embed_group(pending, batch_size)
 
+    def _plain_words(self, sentences):
+        """Whether `elmo_hf.ElmoEmbedder` takes these sentences as they are (stateless, no empty sentence, no word
+        that is empty or only whitespace): then it embeds them, sorted by length."""
+        return not self.stateful and all(sentences) and all(word.strip() for words in sentences for word in words)
+
     def _embed_group(self, sentences, batch_size):
-        if self.stateful or not all(sentences):
+        if not self._plain_words(sentences):
             for start in range(0, len(sentences), batch_size):
                 yield from self.embed_batch(sentences[start : start + batch_size])
         else:
@@ -599,4 +926,12 @@ def _write_in_order(embedder, input_path, output_path, output_format, batch_size
     os.replace(work_path, output_path)
 
 
-__all__ = ["Elmo", "ElmoEmbedder", "batch_to_ids", "embed_file_in_allennlp_layout", "load_elmo_model"]
+__all__ = [
+    "Elmo",
+    "ElmoEmbedder",
+    "ElmoTokenEmbedder",
+    "batch_to_ids",
+    "embed_file_in_allennlp_layout",
+    "load_elmo_model",
+    "remove_sentence_boundaries",
+]

@@ -5,8 +5,8 @@
     embedder = Embedder("zh.model")                          # an ELMoForManyLangs folder, or a converted checkpoint
     vectors = embedder.sents2elmo([["今天", "天气", "很", "好"]])  # [(4, 1024)]: the average of the 3 layers
 
-An ELMoForManyLangs folder is converted on first use (`elmo_hf.elmoformanylangs.convert_efml`, verified against its
-arithmetic) and the checkpoint cached under `cache_dir`; later uses load the cache.
+An ELMoForManyLangs folder is converted on first use (`elmo_hf.convert_elmoformanylangs.convert_efml`, verified
+against its arithmetic) and the checkpoint cached under `cache_dir`; later uses load the cache.
 
 Like the original, the Embedder is stateful: each batch's LSTMs start from the final states of the batch before
 (batch row i continues state row i), sentences are batched by decreasing length, and the order of a call's batches is
@@ -22,7 +22,7 @@ import random
 import numpy as np
 import torch
 
-from ..elmoformanylangs import convert_efml, is_efml_folder
+from ..convert_elmoformanylangs import convert_efml, is_efml_folder
 from ..modeling_elmo import ElmoModel
 from ..tokenization_elmo import ElmoTokenizer
 from ..user_errors import UserInputError

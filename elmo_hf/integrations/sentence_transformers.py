@@ -15,14 +15,25 @@ sentence's words (the `<S>`/`</S>` positions left out) of the average of the lay
 `ElmoTokenizer.tokenize(sentence)` (words and punctuation split apart, for raw text), or `sentence.split()` with
 `whitespace_split=True` (for text tokenized already, as allennlp's `elmo` command read it).
 
+- Any elmo-hf checkpoint works, models converted from ELMoForManyLangs included: the module takes the tokenizer
+  saved with the checkpoint when the model reads a character lexicon.
+- A sentence with no words (`""`, only spaces) gets one word whose vector is zeros, `(2 * projection_dim,)`, so that
+  every pooling mode gives it the zero vector instead of stopping the batch (allennlp's `ElmoEmbedder` gave such a
+  sentence no word vectors at all: an array `(layers, 0, dim)`).
+- `model.max_seq_length = N` keeps the first N words of each sentence (the `<S>`/`</S>` boundaries not counted);
+  None, the default, keeps them all (ELMo has no length limit).
+- An input that is not a string is a TypeError naming its index in the list given to `encode` (encode sorts its
+  inputs by length; the index is the caller's, not the sorted one).
+
 `model.save(folder)` writes the biLM, its tokenizer and this module's settings at the top of the folder (where
 sentence-transformers keeps its input module). sentence-transformers 6 imports a module class from outside its own
 package only with `trust_remote_code=True`, even an installed one like this: reload with
 `SentenceTransformer(folder, trust_remote_code=True)`, or without the flag by rebuilding the pipeline from
-`ElmoSentenceTransformerModule.load(folder)` and `Pooling.load(folder + "/1_Pooling")`.
+`ElmoSentenceTransformerModule.load(folder)` and `Pooling.load(folder, subfolder="1_Pooling")`. Loading reads only
+the folder: it works offline (`HF_HUB_OFFLINE=1`) from a copy anywhere.
 """
 
-import math
+import sys
 
 import torch
 
@@ -36,7 +47,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 from ..embedder import ElmoEmbedder
 from ..modeling_elmo import ElmoModel
-from ..tokenization_elmo import ElmoTokenizer
+from .common import check_positive_int, check_single_vector_layers, checkpoint_tokenizer, load_checkpoint, shown
 
 
 class ElmoSentenceTransformerModule(InputModule):
@@ -51,53 +62,95 @@ class ElmoSentenceTransformerModule(InputModule):
         mix_weights (list of floats, one per layer): the weights for `layers="mix"`, token layer first.
         whitespace_split (bool, defaults to False): split sentences on whitespace only, instead of into words and
             punctuation (`ElmoTokenizer.tokenize`).
+        max_seq_length (int, optional): keep the first `max_seq_length` words of each sentence; None keeps all.
+        tokenizer (`ElmoTokenizer`, optional): for a loaded `model`; defaults to the one its checkpoint needs.
 
     `preprocess` splits each sentence into words; `forward` returns
     `token_embeddings` (batch, words, 2 * projection_dim) and `attention_mask` (batch, words), 1 on words and 0 on
-    padding, without the sentence boundaries.
+    padding, without the sentence boundaries (a sentence with no words: one zero vector, mask 1).
     """
 
     config_file_name = "elmo_sentence_transformer.json"
-    config_keys = ["layers", "mix_weights", "whitespace_split"]
+    config_keys = ["layers", "mix_weights", "whitespace_split", "max_seq_length"]
 
-    def __init__(self, model=None, layers="average", mix_weights=None, whitespace_split=False):
+    def __init__(
+        self,
+        model=None,
+        layers="average",
+        mix_weights=None,
+        whitespace_split=False,
+        max_seq_length=None,
+        tokenizer=None,
+    ):
         super().__init__()
-        if layers == "all":
-            raise ValueError('layers="all" gives several vectors per word; use "average", "top" or "mix"')
-        if not isinstance(model, ElmoModel):
-            model = ElmoEmbedder.from_pretrained(model).model
-        # The embedder checks `layers` and `mix_weights` and turns them into one weight per layer.
-        weights = ElmoEmbedder(model)._layer_weights(layers, mix_weights)
+        check_single_vector_layers(layers, mix_weights)
+        if not isinstance(whitespace_split, bool):
+            raise ValueError(f"whitespace_split must be True or False, got {shown(whitespace_split)}")
+        if isinstance(model, ElmoModel):
+            tokenizer = checkpoint_tokenizer(model, tokenizer)
+        elif tokenizer is not None:
+            raise ValueError("tokenizer= goes with a loaded ElmoModel; a checkpoint brings its own")
+        else:
+            model, tokenizer = load_checkpoint(model)
+        # The embedder checks the number of mix_weights and turns `layers` into one weight per layer.
+        weights = ElmoEmbedder(model, tokenizer=tokenizer)._layer_weights(layers, mix_weights)
         self.layers, self.mix_weights, self.whitespace_split = layers, mix_weights, whitespace_split
-        self.model = model
-        self.tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+        self.max_seq_length = max_seq_length
+        self.model, self.tokenizer = model, tokenizer
         self.register_buffer("layer_weights", weights, persistent=False)  # (layers,)
 
     @property
     def max_seq_length(self):
-        return math.inf  # ELMo has no length limit
+        """The most words kept per sentence (boundaries not counted), or None for all of them."""
+        return self._max_seq_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value):
+        check_positive_int("max_seq_length", value, allow_none=True)
+        self._max_seq_length = value
 
     def get_embedding_dimension(self):
         return 2 * self.model.config.projection_dim
 
     def preprocess(self, inputs, prompt=None, **kwargs):
+        """Sentences (strings) -> `input_ids` (batch, longest + 2, row width), `attention_mask` (batch, longest + 2)
+        and `word_counts` (batch,), the words kept per sentence (0 for a sentence without words)."""
+        batch = inputs  # the list encode handed over, by which _caller_indices finds the caller's indices
+        for position, text in enumerate(batch):
+            if not isinstance(text, str):
+                index = _caller_indices(batch)[position]
+                raise TypeError(f"input {index} must be a string, got {type(text).__name__}: {shown(text)}")
         if prompt:
             inputs = self._prepend_prompt(inputs, prompt)
-        if self.whitespace_split:
-            words = [sentence.split() for sentence in inputs]
-            return dict(self.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt"))
-        return dict(self.tokenizer(list(inputs), padding=True, return_tensors="pt"))
+        split = str.split if self.whitespace_split else self.tokenizer.tokenize
+        sentences = [split(text)[: self.max_seq_length] for text in inputs]
+        limit = self.tokenizer.max_words
+        for position, words in enumerate(sentences):
+            if limit is not None and len(words) > limit:
+                index = _caller_indices(batch)[position]
+                raise ValueError(
+                    f"input {index} has {len(words)} words, more than the tokenizer's max_words={limit}: "
+                    f"set max_seq_length (at most {limit})"
+                )
+        word_counts = torch.tensor([len(words) for words in sentences])  # (batch,)
+        # A sentence without words is encoded as one stand-in word, whose vector `forward` replaces by zeros.
+        sentences = [words or [self.tokenizer.pad_token] for words in sentences]
+        features = dict(self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt"))
+        features["word_counts"] = word_counts
+        return features
 
     def forward(self, features, **kwargs):
         attention_mask = features["attention_mask"]  # (batch, words + 2), the boundaries included
         output = self.model(input_ids=features["input_ids"], attention_mask=attention_mask, output_hidden_states=True)
         hidden = torch.stack(output.hidden_states, dim=1)[:, :, 1:-1]  # (batch, layers, longest, dim): <S> dropped
         mixed = torch.einsum("l,blwd->bwd", self.layer_weights.to(hidden.dtype), hidden)  # (batch, longest, dim)
-        lengths = attention_mask.sum(dim=1) - 2  # (batch,) words per sentence
-        words = torch.arange(mixed.shape[1], device=mixed.device) < lengths.unsqueeze(1)  # (batch, longest)
-        # A shorter sentence's </S> and padding fall inside `longest`: zeroed and masked out.
+        lengths = features["word_counts"].to(mixed.device)  # (batch,)
+        positions = torch.arange(mixed.shape[1], device=mixed.device)  # (longest,)
+        words = positions < lengths.unsqueeze(1)  # (batch, longest)
+        # A shorter sentence's </S> and padding fall inside `longest`: zeroed and masked out. A sentence without
+        # words keeps its first position, zeroed, so that any pooling gives it the zero vector.
         features["token_embeddings"] = mixed.masked_fill(~words.unsqueeze(-1), 0.0)
-        features["attention_mask"] = words.long()
+        features["attention_mask"] = (words | ((lengths == 0).unsqueeze(1) & (positions == 0))).long()
         return features
 
     def save(self, output_path, *args, safe_serialization=True, **kwargs):
@@ -125,5 +178,21 @@ class ElmoSentenceTransformerModule(InputModule):
             revision=revision,
             local_files_only=local_files_only,
         )
-        model = ElmoModel.from_pretrained(model_name_or_path, subfolder=subfolder, **hub)
-        return cls(model, **config)
+        model, tokenizer = load_checkpoint(model_name_or_path, subfolder=subfolder, **hub)
+        return cls(model, tokenizer=tokenizer, **config)
+
+
+def _caller_indices(batch):
+    """The index in the caller's own list of each item of `batch`. SentenceTransformer.encode sorts its inputs by
+    length and hands this module slices of the sorted list (`inputs_batch`), so a position in `batch` would name
+    another sentence; encode's frame holds the sorted order (`length_sorted_idx`) and where the slice starts
+    (`start_index`). Found only for the very list it handed over, else (preprocess called directly) the positions in
+    `batch` are the caller's. With a multi-process pool, indices count within each chunk. Only errors call this."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        names = frame.f_locals
+        if names.get("inputs_batch") is batch and "length_sorted_idx" in names and "start_index" in names:
+            order, start = names["length_sorted_idx"], names["start_index"]
+            return [int(order[start + position]) for position in range(len(batch))]
+        frame = frame.f_back
+    return list(range(len(batch)))

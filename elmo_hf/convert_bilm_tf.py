@@ -15,8 +15,6 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -24,8 +22,17 @@ import torch
 from . import __version__
 from .char_ids import NUM_CHARACTER_IDS
 from .configuration_elmo import ElmoConfig, ElmoConfigFieldError
-from .model_card import CONVERSION_REPORT_NAME, write_model_card
-from .modeling_elmo import ElmoForPreTraining, ElmoModel
+from .convert_common import (
+    VERIFY_ATOL,
+    KeyTableEntry,
+    build_model,
+    convert_weights,
+    save,
+    sigmoid,
+    verify_against_reference,
+)
+from .model_card import write_model_card
+from .modeling_elmo import ElmoForPreTraining
 from .tf_checkpoint_reader import read_tf_checkpoint
 from .tokenization_elmo import ElmoTokenizer
 from .user_errors import UserInputError, unreadable_file_error
@@ -35,7 +42,6 @@ VERIFY_SENTENCES = [
     ["The", "original", "ELMo", "reads", "characters", "."],
     ["Ünïcödé", "wörds", "and", "a", "really" * 12, "long", "one"],
 ]
-VERIFY_ATOL = 1e-5
 
 # ---- options.json ----
 
@@ -155,15 +161,6 @@ def _required(section, section_name, key):
 
 
 # ---- hdf5 weights: the key table ----
-
-
-@dataclass(frozen=True)
-class KeyTableEntry:
-    source: str  # dataset name in the bilm-tf hdf5 file
-    source_shape: tuple  # its expected shape
-    target: str  # parameter name in ElmoModel
-    direction: int | None  # for the stacked LSTM parameters: 0 = forward (RNN_0), 1 = backward (RNN_1)
-    transform: Callable[[np.ndarray], np.ndarray]  # TF layout -> ours
 
 
 def _tf_gates_to_torch(x, axis=-1):
@@ -291,58 +288,7 @@ def read_hdf5_weights(path):
     return arrays
 
 
-def convert_weights(arrays, config, key_table, source_name="weights"):
-    """The ElmoModel state dict built from `arrays`, checking that every source array is used and every
-    parameter filled with the expected shapes."""
-    reference = ElmoModel(config).state_dict()
-    state_dict = {name: torch.empty_like(tensor) for name, tensor in reference.items()}
-    filled = {name: set() for name in reference}
-    for entry in key_table:
-        if entry.source not in arrays:
-            raise UserInputError(
-                f"{source_name}: dataset '{entry.source}' is missing (expected shape {entry.source_shape})"
-            )
-        array = arrays[entry.source]
-        if tuple(array.shape) != entry.source_shape:
-            raise UserInputError(
-                f"{source_name}: dataset '{entry.source}' has shape {tuple(array.shape)}, "
-                f"expected {entry.source_shape} for {entry.target}"
-            )
-        if not np.issubdtype(array.dtype, np.floating):
-            raise UserInputError(
-                f"{source_name}: dataset '{entry.source}' has dtype {array.dtype}, expected float for {entry.target}"
-            )
-        if not np.isfinite(array).all():
-            raise UserInputError(
-                f"{source_name}: dataset '{entry.source}' holds NaN or infinite values, expected finite floats"
-            )
-        value = torch.from_numpy(np.ascontiguousarray(entry.transform(array.astype(np.float32))))
-        target = state_dict[entry.target] if entry.direction is None else state_dict[entry.target][entry.direction]
-        if value.shape != target.shape:
-            raise ValueError(f"key table bug: {entry.source} gives {tuple(value.shape)} for {entry.target}")
-        target.copy_(value)
-        filled[entry.target].add(entry.direction)
-    unused = sorted(set(arrays) - {entry.source for entry in key_table})
-    if unused:
-        raise UserInputError(f"{source_name}: datasets not used by this config: {unused}")
-    for name, directions in filled.items():
-        needed = {0, 1} if name.startswith("encoder.") else {None}  # stacked LSTM parameters: both directions
-        if directions != needed:
-            raise ValueError(f"no source dataset fills parameter {name}")
-    return state_dict
-
-
-def build_model(config, state_dict):
-    model = ElmoModel(config)
-    model.load_state_dict(state_dict, strict=True)
-    return model.eval()
-
-
 # ---- Independent check: bilm-tf's arithmetic on the raw arrays, in NumPy ----
-
-
-def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
 
 
 def bilm_tf_reference_layers(arrays, config, char_ids):
@@ -359,7 +305,7 @@ def bilm_tf_reference_layers(arrays, config, char_ids):
         pieces.append(np.maximum(pooled, 0) if config.activation == "relu" else np.tanh(pooled))
     x = np.concatenate(pieces, axis=-1)
     for index in range(config.num_highway_layers):
-        carry = _sigmoid(x @ arrays[f"CNN_high_{index}/W_carry"] + arrays[f"CNN_high_{index}/b_carry"])
+        carry = sigmoid(x @ arrays[f"CNN_high_{index}/W_carry"] + arrays[f"CNN_high_{index}/b_carry"])
         transform = np.maximum(x @ arrays[f"CNN_high_{index}/W_transform"] + arrays[f"CNN_high_{index}/b_transform"], 0)
         x = carry * transform + (1.0 - carry) * x
     if "CNN_proj/W_proj" in arrays:
@@ -376,10 +322,10 @@ def bilm_tf_reference_layers(arrays, config, char_ids):
             for token in direction_inputs[direction]:
                 z = np.concatenate([token, h]) @ arrays[f"{prefix}/W_0"] + arrays[f"{prefix}/B"]
                 i, j, f, o = np.split(z, 4)
-                c = _sigmoid(f + 1.0) * c + _sigmoid(i) * np.tanh(j)
+                c = sigmoid(f + 1.0) * c + sigmoid(i) * np.tanh(j)
                 if config.cell_clip is not None:
                     c = np.clip(c, -config.cell_clip, config.cell_clip)
-                h = (_sigmoid(o) * np.tanh(c)) @ arrays[f"{prefix}/W_P_0"]
+                h = (sigmoid(o) * np.tanh(c)) @ arrays[f"{prefix}/W_P_0"]
                 if config.proj_clip is not None:
                     h = np.clip(h, -config.proj_clip, config.proj_clip)
                 steps.append(h)
@@ -392,20 +338,16 @@ def bilm_tf_reference_layers(arrays, config, char_ids):
     return np.stack(layers)
 
 
-def verify_against_reference(model, arrays, config, tokenizer, sentences=VERIFY_SENTENCES, atol=VERIFY_ATOL):
-    """Raise unless the model's layers match bilm-tf's arithmetic on every sentence; return the max difference."""
-    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        layers = model(**batch, output_hidden_states=True).hidden_states
-    ours = torch.stack(layers, dim=1).numpy()  # (batch, layers, words, 2 * proj)
-    worst = 0.0
-    for row, length in enumerate(batch["attention_mask"].sum(1).tolist()):
-        expected = bilm_tf_reference_layers(arrays, config, batch["input_ids"][row, :length].numpy())
-        difference = float(np.abs(ours[row, :, :length] - expected).max())
-        worst = max(worst, difference)
-        if not np.allclose(ours[row, :, :length], expected, atol=atol):
-            raise ValueError(f"converted model differs from bilm-tf's arithmetic by {difference:.3g} (sentence {row})")
-    return worst
+def verify_bilm_tf(model, tokenizer, arrays, config):
+    """Raise unless the model's layers match bilm-tf's arithmetic on `arrays` (`VERIFY_SENTENCES`); return the
+    largest difference."""
+    return verify_against_reference(
+        model,
+        tokenizer,
+        lambda input_ids: bilm_tf_reference_layers(arrays, config, input_ids),
+        VERIFY_SENTENCES,
+        "bilm-tf's",
+    )
 
 
 def convert_hdf5(options_path, weights_path, output_dir=None, card_options=None):
@@ -417,7 +359,7 @@ def convert_hdf5(options_path, weights_path, output_dir=None, card_options=None)
     state_dict = convert_weights(arrays, config, hdf5_key_table(config), source_name=str(weights_path))
     model = build_model(config, state_dict)
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
-    max_difference = verify_against_reference(model, arrays, config, tokenizer)
+    max_difference = verify_bilm_tf(model, tokenizer, arrays, config)
     report = {
         "source_options": os.path.basename(str(options_path)),
         "source_weights": os.path.basename(str(weights_path)),
@@ -425,43 +367,13 @@ def convert_hdf5(options_path, weights_path, output_dir=None, card_options=None)
         "verification_max_abs_difference": max_difference,
         "verification_sentences": len(VERIFY_SENTENCES),
         "verification_atol": VERIFY_ATOL,
-        "converter": "elmo_hf.original_tf",
+        "converter": "elmo_hf.convert_bilm_tf",
         "elmo_hf_version": __version__,
     }
     if output_dir is not None:
         save(model, tokenizer, output_dir, report)
         write_model_card(output_dir, model, **(card_options or {"repo_id": str(output_dir)}))
     return model, tokenizer, report
-
-
-def save(model, tokenizer, output_dir, report):
-    model.save_pretrained(output_dir)  # config.json, model.safetensors and the modeling code
-    tokenizer.save_pretrained(output_dir)
-    with open(os.path.join(output_dir, CONVERSION_REPORT_NAME), "w", encoding="utf-8") as report_file:
-        json.dump(report, report_file, indent=2)
-
-
-def push_to_hub(output_dir, repo_id, private=None, revision=None):
-    """Upload the converted checkpoint folder to the Hub repo `repo_id` (created when missing) in one commit,
-    on branch `revision` (created from main when missing). Returns the huggingface_hub `CommitInfo`."""
-    from huggingface_hub import HfApi
-
-    api = HfApi()
-    api.create_repo(repo_id, private=private, exist_ok=True)
-    if revision is not None:
-        api.create_branch(repo_id, branch=revision, exist_ok=True)
-    with open(os.path.join(output_dir, CONVERSION_REPORT_NAME), encoding="utf-8") as report_file:
-        source = json.load(report_file)["source_weights"]
-    return api.upload_folder(
-        repo_id=repo_id, folder_path=output_dir, revision=revision, commit_message=f"Convert {source} with elmo-hf"
-    )
-
-
-def check_repo_id(repo_id):
-    """`repo_id` must name its namespace: the model card's usage code loads it by this exact name."""
-    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise UserInputError(f"--push-to-hub: takes a repo id of the form namespace/name, got {repo_id!r}")
-    return repo_id
 
 
 # ---- bilm-tf training checkpoints (TF 1.x variable names) ----
@@ -549,7 +461,7 @@ def convert_tf_checkpoint(checkpoint_prefix, options_path, vocab_path=None, outp
     state_dict = convert_weights(bilm_arrays, config, hdf5_key_table(config), source_name=str(checkpoint_prefix))
     elmo = build_model(config, state_dict)
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
-    max_difference = verify_against_reference(elmo, bilm_arrays, config, tokenizer)
+    max_difference = verify_bilm_tf(elmo, tokenizer, bilm_arrays, config)
     model = elmo
     if softmax:
         model = ElmoForPreTraining(config)

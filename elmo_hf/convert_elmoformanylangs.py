@@ -23,8 +23,15 @@ import torch
 
 from . import __version__
 from .configuration_elmo import ElmoConfig, ElmoConfigFieldError
-from .model_card import CONVERSION_REPORT_NAME
-from .original_tf import KeyTableEntry, _sigmoid, build_model, convert_weights
+from .convert_common import (
+    VERIFY_ATOL,
+    KeyTableEntry,
+    build_model,
+    convert_weights,
+    save,
+    sigmoid,
+    verify_against_reference,
+)
 from .tokenization_elmo import ElmoTokenizer
 from .user_errors import UserInputError
 
@@ -32,7 +39,6 @@ VERIFY_SENTENCES = [
     ["ELMo", "in", "44", "languages", "."],
     ["Ünïcödé", "文字", "🙂", "and", "a", "really" * 12, "long", "one"],
 ]
-VERIFY_ATOL = 1e-5
 # The lexicon entries ELMoForManyLangs adds to char.dic and word.dic (frontend.create_one_batch reads them).
 CHAR_MARKERS = ("<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>")
 WORD_MARKERS = ("<oov>", "<bos>", "<eos>", "<pad>")
@@ -341,7 +347,7 @@ def efml_reference_layers(arrays, config, char_rows, word_ids=None):
     half = x.shape[-1]
     for index in range(config.num_highway_layers):
         projected = x @ token[f"highways._layers.{index}.weight"].T + token[f"highways._layers.{index}.bias"]
-        gate = _sigmoid(projected[:, half:])
+        gate = sigmoid(projected[:, half:])
         x = gate * x + (1 - gate) * np.maximum(projected[:, :half], 0)
     if word_ids is not None:
         x = np.concatenate([token["word_emb_layer.embedding.weight"][word_ids], x], axis=-1)
@@ -359,9 +365,9 @@ def efml_reference_layers(arrays, config, char_rows, word_ids=None):
                     + arrays[f"{prefix}.state_linearity.bias"]
                 )
                 i, f, g, o = np.split(z, 4)
-                c = _sigmoid(i) * np.tanh(g) + _sigmoid(f) * c
+                c = sigmoid(i) * np.tanh(g) + sigmoid(f) * c
                 c = c if config.cell_clip is None else np.clip(c, -config.cell_clip, config.cell_clip)
-                h = (_sigmoid(o) * np.tanh(c)) @ arrays[f"{prefix}.state_projection.weight"].T
+                h = (sigmoid(o) * np.tanh(c)) @ arrays[f"{prefix}.state_projection.weight"].T
                 h = h if config.proj_clip is None else np.clip(h, -config.proj_clip, config.proj_clip)
                 steps.append(h)
             output = np.stack(steps)
@@ -371,26 +377,18 @@ def efml_reference_layers(arrays, config, char_rows, word_ids=None):
     return np.stack(layers)
 
 
-def verify_against_reference(model, arrays, config, tokenizer, sentences=VERIFY_SENTENCES, atol=VERIFY_ATOL):
-    """Raise unless the model's layers match ELMoForManyLangs' arithmetic on every sentence; return the max
-    difference."""
-    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        layers = model(**batch, output_hidden_states=True).hidden_states
-    ours = torch.stack(layers, dim=1).numpy()  # (batch, layers, words, 2 * proj)
+def verify_efml(model, tokenizer, arrays, config):
+    """Raise unless the model's layers match ELMoForManyLangs' arithmetic on `arrays` (`VERIFY_SENTENCES`); return
+    the largest difference."""
     chars = config.max_characters_per_token
-    worst = 0.0
-    for row, length in enumerate(batch["attention_mask"].sum(1).tolist()):
-        ids = batch["input_ids"][row, :length].numpy() - 1  # back to ELMoForManyLangs' ids
-        word_ids = ids[:, chars] if config.word_embedding_dim else None
-        expected = efml_reference_layers(arrays, config, ids[:, :chars], word_ids)
-        difference = float(np.abs(ours[row, :, :length] - expected).max())
-        worst = max(worst, difference)
-        if not np.allclose(ours[row, :, :length], expected, atol=atol):
-            raise ValueError(
-                f"converted model differs from ELMoForManyLangs' arithmetic by {difference:.3g} (sentence {row})"
-            )
-    return worst
+
+    def reference_layers(input_ids):
+        ids = input_ids - 1  # back to ELMoForManyLangs' ids: the character rows, then the word's id when it has one
+        return efml_reference_layers(
+            arrays, config, ids[:, :chars], ids[:, chars] if config.word_embedding_dim else None
+        )
+
+    return verify_against_reference(model, tokenizer, reference_layers, VERIFY_SENTENCES, "ELMoForManyLangs'")
 
 
 # ---- conversion ----
@@ -424,7 +422,7 @@ def convert_efml(folder, output_dir=None):
     model = build_model(config, convert_weights(arrays, config, key_table, source_name=folder))
     with tempfile.TemporaryDirectory() as lexicon_dir:  # the tokenizer keeps its lexicons in memory
         tokenizer = efml_tokenizer(config, char_lexicon, word_lexicon, lexicon_dir)
-    max_difference = verify_against_reference(model, arrays, config, tokenizer)
+    max_difference = verify_efml(model, tokenizer, arrays, config)
     report = {
         "source_folder": os.path.basename(os.path.abspath(folder)),
         "source_model_config": os.path.basename(config_source),
@@ -432,13 +430,9 @@ def convert_efml(folder, output_dir=None):
         "verification_max_abs_difference": max_difference,
         "verification_sentences": len(VERIFY_SENTENCES),
         "verification_atol": VERIFY_ATOL,
-        "converter": "elmo_hf.elmoformanylangs",
+        "converter": "elmo_hf.convert_elmoformanylangs",
         "elmo_hf_version": __version__,
     }
     if output_dir is not None:
-        os.makedirs(output_dir, exist_ok=True)
-        model.save_pretrained(output_dir)
-        tokenizer.save_pretrained(output_dir)
-        with open(os.path.join(output_dir, CONVERSION_REPORT_NAME), "w", encoding="utf-8") as report_file:
-            json.dump(report, report_file, indent=2)
+        save(model, tokenizer, output_dir, report)
     return model, tokenizer, report
