@@ -10,7 +10,7 @@ file's loop replayed from CUDA graphs (`cuda_graphs.py`, `cuda_kernels.py`). `El
 rule. Those modules never import this file.
 
 Weights converted from the original TensorFlow files use PyTorch conventions (gate order i, f, g, o; no hidden
-forget bias): every TensorFlow quirk is undone once, by the converter's key table (`original_tf.py`).
+forget bias): every TensorFlow quirk is undone once, by the converter's key table (`convert_bilm_tf.py`).
 """
 
 import functools
