@@ -44,6 +44,15 @@ TOLERANCE = {
     ("bfloat16", "cpu_kernels"): 0.15,
     ("int8", "cpu_kernels_int8"): 0.25,
 }
+# On a CUDA device (the truth stays on the CPU): the graphs capture and replay for real, the fused step is compiled.
+CUDA_TOLERANCE = {
+    ("float32", "reference"): 1e-5,
+    ("float32", "packed"): 1e-5,
+    ("float32", "cuda_graphs"): 1e-5,
+    ("float32", "fused"): 1e-5,
+    ("bfloat16", "cuda_graphs"): 0.15,
+    ("bfloat16", "fused"): 0.15,
+}
 GRADIENT_TOLERANCE = 1e-4
 CHARS = 20  # tiny_model's max_characters_per_token
 
@@ -101,28 +110,30 @@ def truth_model(model):
     return truth.eval()
 
 
-def paths_of(mode, stateful, fused):
-    paths = [path for (tolerance_mode, path) in TOLERANCE if tolerance_mode == mode]
+def paths_of(mode, stateful, fused, tolerances=TOLERANCE):
+    paths = [path for (tolerance_mode, path) in tolerances if tolerance_mode == mode]
     if stateful:  # the graphs carry no state (the resolver never picks them with one)
         paths = [path for path in paths if path not in ("cuda_graphs", "fused")]
     return [path for path in paths if path != "fused" or fused]
 
 
 def check_paths(monkeypatch, model, mode, input_ids, states=None, token_cache=None, what="", fused=False):
-    """Every path of `mode` on `model` against the truth on the same weights (the fused step when `fused`, under
-    `triton_interpreted`); raises AssertionError."""
+    """Every path of `mode` on `model` against the truth (on the CPU) on the same weights (the fused step when
+    `fused`, under `triton_interpreted` on the CPU); raises AssertionError."""
     truth = truth_model(model)
+    cpu_states = None if states is None else tuple(state.cpu() for state in states)
     with torch.no_grad():
-        expected_layers, expected_state = run(truth, input_ids, states)
-    for path in paths_of(mode, states is not None, fused):
+        expected_layers, expected_state = run(truth, input_ids.cpu(), cpu_states)
+    tolerances = CUDA_TOLERANCE if model.device.type == "cuda" else TOLERANCE
+    for path in paths_of(mode, states is not None, fused or model.device.type == "cuda", tolerances):
         forced(monkeypatch, path)
-        tolerance = TOLERANCE[mode, path]
+        tolerance = tolerances[mode, path]
         where = f"{what}, {mode} {path}"
         with torch.no_grad():
             layers, state = run(model, input_ids, states, token_cache)
-        assert_near(layers, expected_layers, tolerance, where)
+        assert_near(layers.cpu(), expected_layers, tolerance, where)
         for got, want in zip(state, expected_state):
-            assert_near(got, want, tolerance, f"{where}, final state")
+            assert_near(got.cpu(), want, tolerance, f"{where}, final state")
         if path == "packed":
             check_gradients(model, truth, input_ids, states, where)
     monkeypatch.undo()
@@ -130,13 +141,14 @@ def check_paths(monkeypatch, model, mode, input_ids, states=None, token_cache=No
 
 def check_gradients(model, truth, input_ids, states, where):
     """The training kernel's gradients against autograd through the reference loop."""
-    weights = torch.randn(run(truth, input_ids, states)[0].shape, generator=torch.Generator().manual_seed(0))
+    cpu_states = None if states is None else tuple(state.cpu() for state in states)
+    weights = torch.randn(run(truth, input_ids.cpu(), cpu_states)[0].shape, generator=torch.Generator().manual_seed(0))
     gradients = []
-    for candidate in (model, truth):
+    for candidate, ids, given_states in ((model, input_ids, states), (truth, input_ids.cpu(), cpu_states)):
         candidate.zero_grad(set_to_none=True)
-        layers, _ = run(candidate, input_ids, states)
-        (layers * weights).sum().backward()
-        gradients.append({name: parameter.grad for name, parameter in candidate.named_parameters()})
+        layers, _ = run(candidate, ids, given_states)
+        (layers * weights.to(layers.device)).sum().backward()
+        gradients.append({name: parameter.grad.cpu() for name, parameter in candidate.named_parameters()})
         candidate.zero_grad(set_to_none=True)
     for name, expected in gradients[1].items():
         assert_near(gradients[0][name].float(), expected, GRADIENT_TOLERANCE, f"{where}, gradient of {name}")
@@ -146,7 +158,7 @@ def check_gradients(model, truth, input_ids, states, where):
 
 
 def other_state(model, seed):
-    return {name: value.to(model.dtype) for name, value in tiny_model(seed=seed).state_dict().items()}
+    return {name: value.to(model.device, model.dtype) for name, value in tiny_model(seed=seed).state_dict().items()}
 
 
 def fused_adamw_step(model, input_ids):
@@ -198,17 +210,18 @@ STATE_CHANGES = [
 ]
 
 
-def mode_models():
+def mode_models(device="cpu"):
     models = {"float32": tiny_model(seed=1), "bfloat16": tiny_model(seed=1).to(torch.bfloat16)}
-    if cpu_kernels.int8_products_available():
+    if device == "cpu" and cpu_kernels.int8_products_available():
         models["int8"] = tiny_model(seed=1).quantize_weights("int8")
-    return models
+    return {mode: model.to(device) for mode, model in models.items()}
 
 
-def run_harness(monkeypatch, input_ids, other_ids, fused=False, modes=None):
-    """Every mode (or those of `modes`) and path after every change of state (the fused step too when `fused`:
-    Triton's interpreter is slow); raises AssertionError at the first disagreement."""
-    for mode, model in mode_models().items():
+def run_harness(monkeypatch, input_ids, other_ids, fused=False, modes=None, device="cpu"):
+    """Every mode (or those of `modes`) and path after every change of state (the fused step too when `fused` or on
+    a CUDA device: Triton's interpreter is slow); raises AssertionError at the first disagreement."""
+    input_ids, other_ids = input_ids.to(device), other_ids.to(device)
+    for mode, model in mode_models(device).items():
         if modes is not None and mode not in modes:
             continue
         check_paths(monkeypatch, model, mode, input_ids, what="fresh model", fused=fused)
@@ -218,7 +231,7 @@ def run_harness(monkeypatch, input_ids, other_ids, fused=False, modes=None):
         # A state carried from a batch of another size (rows past this batch are carried through, new rows start
         # from zeros).
         with torch.no_grad():
-            states = truth_model(model)(other_ids).lstm_states
+            states = tuple(state.to(device) for state in truth_model(model)(other_ids.cpu()).lstm_states)
         check_paths(monkeypatch, model, mode, input_ids, states=states, what="with a carried state")
         cache = ElmoTokenCache(model.character_encoder, input_ids.flatten(0, 1)[:5])
         check_paths(monkeypatch, model, mode, input_ids, token_cache=cache, what="token cache on")
@@ -254,6 +267,14 @@ def test_every_path_agrees_with_the_reference_after_every_change(monkeypatch, in
 def test_the_fused_step_agrees_too_under_tritons_interpreter(monkeypatch, input_ids, other_ids):
     with triton_interpreted():
         run_harness(monkeypatch, input_ids, other_ids, fused=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
+@settings(max_examples=3, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(input_ids=batches(), other_ids=batches(max_rows=5))
+def test_every_cuda_path_agrees_with_the_reference_after_every_change(monkeypatch, input_ids, other_ids):
+    """The graphs captured and replayed, the fused step compiled, the training kernel's gradients, on a GPU."""
+    run_harness(monkeypatch, input_ids, other_ids, device="cuda")
 
 
 @pytest.mark.parametrize(
