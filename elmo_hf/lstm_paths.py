@@ -73,7 +73,11 @@ def lstm_path(model, input_ids, lstm_states=None, dropout=0.0):
     tensors = (*model.character_encoder.parameters(), *model.encoder.parameters(), *states)
     needs_grad = grad_mode and any(isinstance(tensor, torch.Tensor) and tensor.requires_grad for tensor in tensors)
     device = input_ids.device
-    like = torch.empty(0, dtype=model.encoder.layers[0].recurrent_weight.dtype, device=device)
+
+    def fused_step_available():  # asked only on a CUDA device
+        like = torch.empty(0, dtype=model.encoder.layers[0].recurrent_weight.dtype, device=device)
+        return fused_step_apply(model.encoder, like)
+
     return resolve_lstm_path(
         model.config.lstm_implementation,
         device_type=device.type,
@@ -82,7 +86,7 @@ def lstm_path(model, input_ids, lstm_states=None, dropout=0.0):
         needs_grad=needs_grad,
         dropout=dropout,
         stateful=lstm_states is not None,
-        fused_step_available=lambda: device.type == "cuda" and fused_step_apply(model.encoder, like),
+        fused_step_available=fused_step_available,
     )
 
 
