@@ -56,6 +56,8 @@ from benchmark_utils import (
     worker_environment,
 )
 
+from elmo_hf.configuration_elmo import LSTM_IMPLEMENTATIONS
+
 # Output check: the largest absolute difference to a peer's vectors for its timings to count.
 ATOL = 1e-5
 # The roof each mode is measured against (roofline.py): the batches of 32 are compute-bound, batch 1 memory-bound.
@@ -76,10 +78,6 @@ def worker(args):
     benchlib, make_workload = peer_harness(args.peer_dir)
 
     torch.set_num_threads(args.threads)
-    if args.no_fused_step:
-        from elmo_hf import cuda_graphs
-
-        cuda_graphs.FUSED_STEP = False
     model = ElmoModel.from_pretrained(args.worker, lstm_implementation=args.lstm_implementation).eval()
     if args.variant == "bf16":
         model = model.to(torch.bfloat16)
@@ -138,7 +136,6 @@ def run_ours(args, checkpoint, json_path, dump_path=None, single_sentences=False
         args.device,
         "--lstm-implementation",
         args.lstm_implementation,
-        *(["--no-fused-step"] if args.no_fused_step else []),
         *_workload_arguments(args, single_sentences),
     ]
     if dump_path is not None:
@@ -348,14 +345,10 @@ def main(argv=None):
     )
     parser.add_argument(
         "--lstm-implementation",
-        choices=["auto", "reference"],
+        choices=LSTM_IMPLEMENTATIONS,
         default="auto",
-        help="our side's config.lstm_implementation: 'reference' times the plain loop (on a GPU: without CUDA graphs)",
-    )
-    parser.add_argument(
-        "--no-fused-step",
-        action="store_true",
-        help="on a GPU, the CUDA graphs replay the reference step instead of the fused one (elmo_hf/cuda_kernels.py)",
+        help="our side's config.lstm_implementation (elmo_hf/lstm_paths.py): 'reference' times the plain loop (on a "
+        "GPU: without CUDA graphs), 'cuda_graphs' the graphs of the reference step instead of the fused one",
     )
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
     parser.add_argument("--peer-dir", type=pathlib.Path, default=PEER_DIR)
@@ -395,7 +388,6 @@ def main(argv=None):
     all_results = {"machine_at_start": machine_line(), "threads": args.threads}
     all_results["variant"] = args.variant
     all_results["lstm_implementation"] = args.lstm_implementation
-    all_results["fused_step"] = not args.no_fused_step
     all_results["device"] = args.device
     if args.device.startswith("cuda"):
         import torch

@@ -10,7 +10,7 @@ import argparse
 
 import torch
 
-from elmo_hf import cuda_kernels
+from elmo_hf import cuda_kernels, triton_lstm_kernels
 from elmo_hf.modeling_elmo import ElmoBiLstmLayer
 
 REPEATS = 200
@@ -58,7 +58,7 @@ def step_timings(layer, rows):
         torch.baddbmm(gate_input, hidden, layer.recurrent_weight, out=gates)
 
     def cell_kernel():
-        cuda_kernels._cell_step_kernel[(2 * rows, -(-lstm_dim // block))](
+        triton_lstm_kernels.cell_step_kernel[(2 * rows, -(-lstm_dim // block))](
             gates,
             cell,
             memory,
@@ -76,7 +76,7 @@ def step_timings(layer, rows):
         torch.bmm(memory, split_weight, out=projected)
 
     def hidden_kernel():
-        cuda_kernels._hidden_step_kernel[(2 * rows, -(-projection_dim // projection_block))](
+        triton_lstm_kernels.hidden_step_kernel[(2 * rows, -(-projection_dim // projection_block))](
             projected, hidden, output, output.stride(1), running, rows, projection_dim, 3.0,
             HAS_CLIP=True, SPLITS=splits, BLOCK=projection_block,
         )  # fmt: skip

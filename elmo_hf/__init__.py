@@ -4,8 +4,6 @@ Importing this package registers the ELMo classes with the transformers Auto cla
 `save_pretrained` also writes their code (`trust_remote_code=True` then works without this package).
 """
 
-import os
-
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -16,15 +14,6 @@ from transformers import (
 )
 from transformers.pipelines import PIPELINE_REGISTRY
 
-# The small English ELMo shipped inside the package, trained on 2.2M words of cased, punctuated English news (model
-# card in its README.md): ElmoModel.from_pretrained(elmo_hf.DEFAULT_MODEL) works offline. An ElmoForPreTraining
-# checkpoint (biLM + softmax).
-DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained", "elmo-news-small")
-# The earlier default, trained on the Penn Treebank language-model text (lowercase, no punctuation): kept as the
-# training recipe's exact-reproduction check (its test perplexity is recomputed offline from the `treebank` package).
-PTB_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained", "elmo-ptb-small")
-
-# The package's modules come after DEFAULT_MODEL, which they may read.
 from .configuration_elmo import ElmoConfig
 from .embedder import ElmoEmbedder, ElmoTokenCache
 from .modeling_elmo import (
@@ -38,6 +27,7 @@ from .modeling_elmo import (
     ElmoScalarMix,
 )
 from .pipelines import ELMO_TOKEN_CLASSIFICATION_TASK, ElmoTokenClassificationPipeline
+from .shipped_models import DEFAULT_MODEL, PTB_MODEL
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import ElmoPreTrainingCollator, ElmoWordVocabulary
 

@@ -6,7 +6,7 @@ from .char_ids import NUM_CHARACTER_IDS
 
 SUPPORTED_ACTIVATIONS = ("relu", "tanh")
 CHAR_VOCABULARIES = ("utf8_bytes", "lexicon")
-LSTM_IMPLEMENTATIONS = ("auto", "reference", "packed")
+LSTM_IMPLEMENTATIONS = ("auto", "reference", "packed", "cuda_graphs", "fused")
 
 # The published "original" ELMo (5.5B has the same shape), as in its options.json.
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -55,13 +55,15 @@ class ElmoConfig(PreTrainedConfig):
         pretraining_dropout (float, defaults to 0.0): bilm-tf's training dropout, applied only by
             [`ElmoForPreTraining`] in training mode: on every LSTM layer's input and on the softmax input. Never
             applied when embedding or when training a task head.
-        lstm_implementation (str, defaults to "auto"): how the biLSTM runs, with the same math in each case:
-            "reference", the readable padded recurrence of `modeling_elmo.py` for every call (autograd through it;
-            the ONNX export scripts it); "packed", packed steps with a shrinking batch (`packed_steps.py`): on a CPU
-            without gradients `cpu_kernels.py`, otherwise the hand-written backward of `lstm_training_kernel.py`;
-            "auto", "packed" except for inference on a GPU, which replays "reference" from CUDA graphs
-            (`cuda_graphs.py`: one graph per padded batch shape), its step fused into four kernels where Triton is
-            installed (`cuda_kernels.py`).
+        lstm_implementation (str, defaults to "auto"): which path runs the biLSTM, with the same math in each case
+            (`lstm_paths.py` maps each value and situation to the path it runs, in one table): "auto", the fastest
+            that applies; "reference", the readable padded recurrence of `modeling_elmo.py` for every call (autograd
+            through it; the ONNX export scripts it); "packed", packed steps with a shrinking batch: on a CPU without
+            gradients `cpu_kernels.py`, otherwise the hand-written backward of `lstm_training_kernel.py`;
+            "cuda_graphs", inference on a GPU replayed from CUDA graphs of the reference step (`cuda_graphs.py`: one
+            graph per padded batch shape); "fused", those graphs with the step fused into four kernels where Triton
+            is installed (`cuda_kernels.py`; "auto" picks it there). A value that cannot run in a call (a GPU path
+            on a CPU, or under autograd) warns once and names the path used.
 
     Task heads ([`ElmoForTokenClassification`], [`ElmoForSequenceClassification`]) read these fields; the biLM
     ignores them:

@@ -1,9 +1,10 @@
 """ELMo's CPU inference path: the same math as `modeling_elmo.py`, arranged to run fast without gradients.
 
-`ElmoModel.forward` runs `elmo_forward` below whenever `cpu_kernels_apply` says so (CPU, nothing needs a
-gradient, no dropout); otherwise it runs the plain reference path of `modeling_elmo.py`, which reads like the
-paper and which `tests/test_kernels.py` compares this path with. Each trick below keeps the gain measured in
-`benchmarks/RESULTS.md`:
+`ElmoModel.forward` runs `elmo_forward` below on the paths `"cpu_kernels"` and `"cpu_kernels_int8"` of
+`lstm_paths.py` (CPU, nothing needs a gradient, no dropout); the reference path of `modeling_elmo.py` reads like the
+paper, and `tests/test_kernels.py` and `tests/test_paths_differential.py` compare this path with it. Every derived
+copy of a weight (prepacked, int8, bfloat16, transposed) is kept under the one rule of `weight_cache.py`. Each
+trick below keeps the gain measured in `benchmarks/RESULTS.md`:
 
 - words run once per distinct word: the char CNN, highway, projection and the first LSTM layer's input gates
   depend on the word alone (48% of the words of the benchmark's batches are distinct, so that work halves);
@@ -21,29 +22,16 @@ paper and which `tests/test_kernels.py` compares this path with. Each trick belo
 
 import functools
 import warnings
-import weakref
 
 import torch
 
-from . import modeling_elmo  # the LSTM step's definition (imported as a module: it imports this one)
 from .char_ids import distinct_rows
+from .lstm_cell import clip, lstm_cell_step
 from .packed_steps import PackedSteps
+from .weight_cache import derived_copy
 
 # Largest char-CNN response computed at once (bytes): small enough to stay in a CPU cache (RESULTS.md).
 CNN_RESPONSE_BYTES = 4 * 2**20
-
-
-def cpu_kernels_apply(model, input_ids, lstm_states, dropout):
-    """Whether `ElmoModel` `model` runs this module's path: its input is on the CPU, no dropout, and nothing needs a
-    gradient (no grad mode, or neither the biLM's parameters nor `lstm_states` require one). Every other call
-    (training, CUDA) runs the reference path of `modeling_elmo.py`."""
-    if input_ids.device.type != "cpu" or dropout:
-        return False
-    if not torch.is_grad_enabled():
-        return True
-    states = lstm_states if isinstance(lstm_states, (tuple, list)) else ()
-    tensors = (*model.character_encoder.parameters(), *model.encoder.parameters(), *states)
-    return not any(isinstance(tensor, torch.Tensor) and tensor.requires_grad for tensor in tensors)
 
 
 def elmo_forward(model, input_ids, mask, lstm_states=None, token_cache=None):
@@ -192,8 +180,8 @@ def packed_layer_forward(
             gates = step_gate_input  # hidden @ recurrent_weight is exactly 0
         else:
             gates = _gates(layer, step_gate_input, hidden, products)  # (2, active, 4 * lstm_dim)
-        cell, memory = modeling_elmo.lstm_cell_step(gates, cell, layer.cell_clip)  # (2, active, lstm_dim)
-        hidden = modeling_elmo.clip(_project(layer, memory, products), layer.proj_clip)  # (2, active, proj)
+        cell, memory = lstm_cell_step(gates, cell, layer.cell_clip)  # (2, active, lstm_dim)
+        hidden = clip(_project(layer, memory, products), layer.proj_clip)  # (2, active, proj)
         outputs.append(hidden)
 
     # Rows that ended later sit earlier in the batch: put the ended pieces back in row order.
@@ -364,39 +352,36 @@ def _weight_copy(layer, name, layout):
     `"int8 linear"`, an `nn.Linear`'s `(out, in)` weight and bias, packed; `"bfloat16"`, a bfloat16 copy of any
     weight; `"transposed"`, `(2, out, in)`.
 
-    Made on first use and cached until the weight changes in place (its version counter moves: optimizers,
-    `load_state_dict`, edits under `torch.no_grad()`) or is replaced. An edit through `weight.data` moves no version
-    counter and is not seen. Each copy costs the weight's size in memory.
+    Made on first use and kept under `weight_cache.py`'s rule: made again whenever the weight's (or the packed
+    bias's) values, dtype, shape or device differ from those it was made from, however they were changed. Each copy
+    costs the weight's size in memory.
     """
     weight = getattr(layer, name)
-    version = (weight.data_ptr(), weight._version)
     bias = getattr(layer, "bias", None) if layout in ("int8 linear", "int8 with bias") else None
-    if bias is not None:  # packed with the weight
-        version += (bias.data_ptr(), bias._version)
-    cache = _WEIGHT_COPIES.setdefault(layer, {})
-    if (name, layout) not in cache or cache[name, layout][0] != version:
+    if layout not in _LAYOUTS:
+        raise ValueError(f"weight layout {layout!r}: expected one of {', '.join(map(repr, _LAYOUTS))}")
+
+    def build():
+        values = weight.detach()
         if layout == "onednn":
             # (in, out) -> oneDNN's layout for `x @ weight`, tuned for batches of ~32 rows.
-            copy = tuple(
-                torch.ops.mkldnn._reorder_linear_weight(direction.t().contiguous(), 32) for direction in weight.detach()
-            )
-        elif layout == "int8 linear":  # an nn.Linear's (out, in) weight and its bias
-            copy = _int8_linear_weight(weight.detach().float(), bias)
-        elif layout == "int8":
-            copy = tuple(_int8_linear_weight(direction.t()) for direction in weight.detach().float())
-        elif layout == "int8 with bias":  # and each direction's row of the layer's bias `(2, out)`
-            copy = tuple(_int8_linear_weight(w.t(), row) for w, row in zip(weight.detach().float(), bias))
-        elif layout == "bfloat16":
-            copy = weight.detach().bfloat16()
-        elif layout == "transposed":
-            copy = weight.detach().transpose(1, 2).contiguous()  # (2, out, in)
-        else:
-            raise ValueError(
-                f"weight layout {layout!r}: expected 'onednn', 'int8', 'int8 linear', 'int8 with bias', 'bfloat16' or "
-                "'transposed'"
-            )
-        cache[name, layout] = (version, copy)
-    return cache[name, layout][1]
+            reorder = torch.ops.mkldnn._reorder_linear_weight
+            return tuple(reorder(direction.t().contiguous(), 32) for direction in values)
+        if layout == "int8 linear":  # an nn.Linear's (out, in) weight and its bias
+            return _int8_linear_weight(values.float(), bias)
+        if layout == "int8":
+            return tuple(_int8_linear_weight(direction.t()) for direction in values.float())
+        if layout == "int8 with bias":  # and each direction's row of the layer's bias `(2, out)`
+            return tuple(_int8_linear_weight(w.t(), row) for w, row in zip(values.float(), bias))
+        if layout == "bfloat16":
+            return values.bfloat16()
+        return values.transpose(1, 2).contiguous()  # "transposed": (2, out, in)
+
+    sources = (weight,) if bias is None else (weight, bias)
+    return derived_copy(layer, (name, layout), sources, build)
+
+
+_LAYOUTS = ("onednn", "int8", "int8 linear", "int8 with bias", "bfloat16", "transposed")
 
 
 def _int8_linear_weight(weight, bias=None):
@@ -433,8 +418,3 @@ def int8_products_available():
     """Whether this PyTorch has a CPU engine for int8 products (`x86` or `fbgemm`: CPUs with AVX2 or newer)."""
     engines = torch.backends.quantized.supported_engines
     return "x86" in engines or "fbgemm" in engines
-
-
-# Copies of weights for the per-step products, by layer (a weak reference: the entry goes with the layer). Kept out of
-# the module so that copying, saving and moving a model never meet an opaque oneDNN tensor or a second weight.
-_WEIGHT_COPIES = weakref.WeakKeyDictionary()

@@ -6,17 +6,19 @@ batch). Here the whole `ElmoBiLstm.forward` is captured once per padded batch sh
 launch per batch (H200, medium: 1.19x the plain loop on sorted batches of 32, 2.49x on single sentences). It is the
 same code and the same math; only the batch is padded to its shape's bucket (rows to a power of two, words to a
 multiple of `WORD_BUCKET`), which the reference path's masks make invisible to the real rows (padding keeps no state
-and outputs zeros). Where `cuda_kernels.fused_step_apply` allows (Triton, float32/bfloat16/float16, no autocast), the
-captured loop runs the fused step of `cuda_kernels.py` (four kernels per step instead of about fifteen: medium,
-float32, with the split projection 1.15x the graphs of the reference step on sorted batches of 32, 1.43x on single
-sentences; benchmarks/RESULTS.md); should it fail to compile, the model warns once and captures the reference step.
+and outputs zeros). On the `"fused"` path (`lstm_paths.py`) the captured loop runs the fused step of
+`cuda_kernels.py` (four kernels per step instead of about fifteen: medium, float32, with the split projection 1.15x
+the graphs of the reference step on sorted batches of 32, 1.43x on single sentences; benchmarks/RESULTS.md); should it
+fail to compile, the model warns once and captures the reference step.
 
-`ElmoModel.forward` runs it when `cuda_graphs_apply` says so (a CUDA input, nothing recorded for autograd, no carried
-state, no dropout, `config.lstm_implementation == "auto"`); "reference" runs the plain loop. Graphs are kept per
-model and shape, at most `MAX_GRAPHS` of them, sharing one memory pool per model and device (so replays of one
-model must not run concurrently on several streams), and captured again when the weights move (a new device, dtype or
-storage). Should a capture fail, the model warns once and runs the plain loop. On the CPU the same padding runs
-eagerly (`_PaddedBiLstm` without capture), so the tests check the padding there too.
+`ElmoModel.forward` runs it on the paths `"cuda_graphs"` and `"fused"` (`lstm_paths.py`: a CUDA input, grad mode
+off, no carried state, no dropout). Graphs are kept per model and shape, at most `MAX_GRAPHS` of them, sharing one
+memory pool per model and device (so replays of one model must not run concurrently on several streams). A graph
+holds no copy of a weight: it reads the parameters' storage at every replay, so an in-place change of a weight (by
+any writer) is read by the next replay, and a weight given new storage (a new device, dtype or address) is captured
+again: the key holds every parameter's address and dtype. Should a capture fail, the model warns once and runs the
+plain loop. On the CPU the same padding runs eagerly (`_PaddedBiLstm` without capture), so the tests check the padding
+there too.
 """
 
 import collections
@@ -25,33 +27,15 @@ import weakref
 
 import torch
 
-from .cuda_kernels import fused_step_apply
-
 # Words per sentence are padded up to a multiple of this (fewer distinct graphs, a few padded steps each).
 WORD_BUCKET = 8
 # Graphs kept per model; the least recently used one goes first.
 MAX_GRAPHS = 64
-# Whether the graphs run the step with its elementwise work fused (cuda_kernels.py) where it applies; False keeps the
-# reference step (benchmarks/benchmark_elmo.py --no-fused-step times the difference).
-FUSED_STEP = True
 
 _GRAPHS = weakref.WeakKeyDictionary()  # ElmoBiLstm -> _GraphCache
 
 
-def cuda_graphs_apply(token_layer, lstm_states, dropout, implementation):
-    """Whether `ElmoModel.forward` runs the LSTM from CUDA graphs: a CUDA input, autograd off, no carried state
-    (`lstm_states`), no dropout, `lstm_implementation` "auto", and no graph capture already under way."""
-    return (
-        token_layer.is_cuda
-        and implementation == "auto"
-        and lstm_states is None
-        and not dropout
-        and not torch.is_grad_enabled()
-        and not torch.cuda.is_current_stream_capturing()
-    )
-
-
-def graphed_bilstm_forward(encoder, inputs, mask):
+def graphed_bilstm_forward(encoder, inputs, mask, step="reference"):
     r"""
     `encoder(inputs, mask)` (an `ElmoBiLstm`, zero initial state, no dropout) replayed from the CUDA graph of its
     padded shape, captured at the first batch of that shape.
@@ -60,6 +44,7 @@ def graphed_bilstm_forward(encoder, inputs, mask):
         encoder (`ElmoBiLstm`): supplies the layers.
         inputs (`(batch, words, projection_dim)`): the token layer, 0 at padded positions.
         mask (`(batch, words)` bool): real words, right-padded.
+        step (str): the step the graphs capture, `"reference"` or `"fused"` (`cuda_kernels.py`).
 
     Returns:
         as `ElmoBiLstm.forward`: each layer's output `(batch, words, 2 * projection_dim)` and the final `(cell,
@@ -73,18 +58,18 @@ def graphed_bilstm_forward(encoder, inputs, mask):
     # of the autocast it was captured under: one graph for each.
     device_type = inputs.device.type
     autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-    key = (rows, width, inputs.dtype, inputs.device, torch.is_inference_mode_enabled(), autocast, weights)
     cache = _GRAPHS.setdefault(encoder, _GraphCache())
+    if cache.fused_failure is not None:
+        step = "reference"
+    key = (rows, width, inputs.dtype, inputs.device, torch.is_inference_mode_enabled(), autocast, weights, step)
     if cache.failure is not None:
         return encoder(inputs, mask, implementation="reference")
     padded = cache.graphs.get(key)
     if padded is None:
-        fused = FUSED_STEP and cache.fused_failure is None and fused_step_apply(encoder, inputs)
-        implementation = "fused" if fused else "reference"
         try:
-            padded = _PaddedBiLstm(encoder, rows, width, inputs, cache.pool(inputs.device), implementation)
+            padded = _PaddedBiLstm(encoder, rows, width, inputs, cache.pool(inputs.device), step)
         except Exception as error:
-            if implementation == "fused":
+            if step == "fused":
                 # Triton missing a piece, or a kernel this GPU cannot compile: this model's graphs take the reference
                 # step from now on (a capture that fails for other reasons fails again there, and is handled below).
                 cache.fused_failure = error
@@ -93,7 +78,7 @@ def graphed_bilstm_forward(encoder, inputs, mask):
                     f"reference step instead",
                     stacklevel=2,
                 )
-                return graphed_bilstm_forward(encoder, inputs, mask)
+                return graphed_bilstm_forward(encoder, inputs, mask, "reference")
             if not isinstance(error, RuntimeError):
                 raise
             # A capture this torch or driver refuses: the plain loop, said once.

@@ -6,17 +6,18 @@ fixed cost against a few hundred kilobytes of work, so at batch 32 they take mor
 products. Here a step is four kernels, both directions at once:
 
 1. `gates = x_t W + b + h_{t-1} U` (cuBLAS, as in the reference);
-2. `_cell_step_kernel`: the cell `c_t` and the memory `m_t` of `lstm_cell_step`, with the cell clip, and `c_t`
+2. `cell_step_kernel`: the cell `c_t` and the memory `m_t` of `lstm_cell_step`, with the cell clip, and `c_t`
    written only for the rows still running (padding keeps its state);
 3. `m_t P` (cuBLAS) as `projection_splits` products over slices of the cell's columns: one product with few rows
    and a long inner dimension ran at 1.7 TFLOP/s on an H200 at 32 rows, sixteen at 12.2;
-4. `_hidden_step_kernel`: the sum of those shares, the projection clip, `h_t` kept for the running rows, and the
+4. `hidden_step_kernel`: the sum of those shares, the projection clip, `h_t` kept for the running rows, and the
    output (0 at padding) written into the layer's output.
 
 On an H200 (medium size, float32, inside the graphs) this made sorted batches of 32 1.15x and single sentences
 1.43x faster than the graphs of the reference step (benchmarks/RESULTS.md).
 
-The kernels are written in Triton, which comes with PyTorch's CUDA wheels; they compute in float32 whatever the
+The kernels are written in Triton, which comes with PyTorch's CUDA wheels (`triton_lstm_kernels.py`, imported at
+the first use of the fused step); they compute in float32 whatever the
 storage dtype (float32, bfloat16 or float16). `cuda_graphs.py` runs them inside its graphs when `fused_step_apply`
 says so; everything else runs the reference step. `tests/test_cuda_kernels.py` compares them with the reference
 through Triton's interpreter on the CPU (`TRITON_INTERPRET=1`), and `tests/test_cuda.py` on a GPU.
@@ -25,12 +26,6 @@ through Triton's interpreter on the CPU (`TRITON_INTERPRET=1`), and `tests/test_
 import os
 
 import torch
-
-try:  # PyTorch's CUDA wheels bring Triton; without it the graphs run the reference step
-    import triton
-    import triton.language as tl
-except ImportError:
-    triton = None
 
 # Storage dtypes the kernels take (they compute in float32, so float64 keeps the reference step and its precision).
 FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -46,8 +41,18 @@ def fused_step_apply(encoder, inputs):
         and inputs.dtype in FUSED_DTYPES
         and not torch.is_autocast_enabled(inputs.device.type)
         and all(parameter.dtype == inputs.dtype for parameter in encoder.parameters())
-        and triton is not None
+        and triton_kernels() is not None
     )
+
+
+def triton_kernels():
+    """The Triton kernels `(cell_step_kernel, hidden_step_kernel)` of `triton_lstm_kernels.py`, imported at the
+    first use of the fused step, so that only a CUDA path imports Triton; None without Triton."""
+    try:
+        from .triton_lstm_kernels import cell_step_kernel, hidden_step_kernel
+    except ImportError:  # no Triton: the kernels are not defined
+        return None
+    return cell_step_kernel, hidden_step_kernel
 
 
 def fused_layer_forward(layer, inputs, mask, cell, hidden):
@@ -64,6 +69,7 @@ def fused_layer_forward(layer, inputs, mask, cell, hidden):
         as `ElmoBiLstmLayer.forward`: outputs `(2, batch, words, projection_dim)`, 0 at padded positions, and the
         state `(cell, hidden)` after each row's last word (new tensors).
     """
+    cell_step_kernel, hidden_step_kernel = triton_kernels()
     batch, words = mask.shape
     gate_inputs = layer.input_gates(inputs.flatten(1, 2)).view(2, batch, words, -1)  # (2, batch, words, 4 * lstm)
     cell, hidden = cell.contiguous().clone(), hidden.contiguous().clone()  # updated in place, step by step
@@ -81,7 +87,7 @@ def fused_layer_forward(layer, inputs, mask, cell, hidden):
     split_weight = layer.projection_weight.reshape(2 * splits, split_width, projection_dim)
     for step in range(words):
         gates = torch.baddbmm(gate_inputs[:, :, step], hidden, layer.recurrent_weight)  # (2, batch, 4 * lstm_dim)
-        _cell_step_kernel[cell_grid](
+        cell_step_kernel[cell_grid](
             gates,
             cell,
             memory,
@@ -95,7 +101,7 @@ def fused_layer_forward(layer, inputs, mask, cell, hidden):
             BLOCK=cell_block,
         )
         projected = torch.bmm(memory, split_weight)  # (2 * splits, batch, projection_dim): each slice's share
-        _hidden_step_kernel[projection_grid](
+        hidden_step_kernel[projection_grid](
             projected,
             hidden,
             outputs[:, :, step],
@@ -124,88 +130,3 @@ def projection_splits(lstm_dim, dtype):
 def _block(width):
     """Columns per program: the row's width up to 1024, a power of two (Triton's blocks are)."""
     return min(1024, 1 << max(width - 1, 0).bit_length())
-
-
-# The kernels. Triton reads TRITON_INTERPRET when they are defined, so the CPU tests set it and reload this module.
-if triton is not None:
-    # sigmoid and tanh written out: Triton's own `tl.sigmoid` is a jitted function that the interpreter, switched on
-    # after Triton was imported, cannot call; both are exact to float32 rounding, and exact limits where exp overflows.
-    @triton.jit
-    def _sigmoid(x):
-        return 1.0 / (1.0 + tl.exp(-x))
-
-    @triton.jit
-    def _tanh(x):
-        return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
-
-    @triton.jit
-    def _cell_step_kernel(
-        gates,
-        cell,
-        memory,
-        running,
-        batch,
-        lstm_dim,
-        split_width,
-        cell_clip,
-        HAS_CLIP: tl.constexpr,
-        SPLITS: tl.constexpr,
-        BLOCK: tl.constexpr,
-    ):
-        # One program per (direction * batch + row, block of BLOCK cell columns). gates: (2 * batch, 4 * lstm_dim)
-        # in the order i, f, g, o; cell: (2 * batch, lstm_dim); memory: (2 * SPLITS, batch, split_width), the
-        # columns of each direction cut into SPLITS slices; running: (batch,) uint8.
-        row = tl.program_id(0)
-        columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        inside = columns < lstm_dim
-        row_gates = gates + row * 4 * lstm_dim + columns
-        input_gate = _sigmoid(tl.load(row_gates, mask=inside).to(tl.float32))
-        forget_gate = _sigmoid(tl.load(row_gates + lstm_dim, mask=inside).to(tl.float32))
-        candidate = _tanh(tl.load(row_gates + 2 * lstm_dim, mask=inside).to(tl.float32))
-        output_gate = _sigmoid(tl.load(row_gates + 3 * lstm_dim, mask=inside).to(tl.float32))
-        row_cell = cell + row * lstm_dim + columns
-        new_cell = forget_gate * tl.load(row_cell, mask=inside).to(tl.float32) + input_gate * candidate
-        if HAS_CLIP:
-            new_cell = tl.minimum(tl.maximum(new_cell, -cell_clip), cell_clip)
-        direction, batch_row = row // batch, row % batch
-        split, split_column = columns // split_width, columns % split_width
-        row_memory = memory + ((direction * SPLITS + split) * batch + batch_row) * split_width + split_column
-        tl.store(row_memory, (output_gate * _tanh(new_cell)).to(memory.dtype.element_ty), mask=inside)
-        # A padded row keeps its cell: no column of it is stored.
-        stored_columns = tl.where(tl.load(running + batch_row) != 0, lstm_dim, 0)
-        tl.store(row_cell, new_cell.to(cell.dtype.element_ty), mask=columns < stored_columns)
-
-    @triton.jit
-    def _hidden_step_kernel(
-        projected,
-        hidden,
-        output,
-        output_row_stride,
-        running,
-        batch,
-        projection_dim,
-        proj_clip,
-        HAS_CLIP: tl.constexpr,
-        SPLITS: tl.constexpr,
-        BLOCK: tl.constexpr,
-    ):
-        # One program per (direction * batch + row, block of BLOCK columns). projected: (2 * SPLITS, batch,
-        # projection_dim), each slice's share of m_t P; hidden: (2 * batch, projection_dim); output: the step's
-        # (2 * batch, projection_dim) slice of the layer's output, rows output_row_stride apart.
-        row = tl.program_id(0)
-        columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        inside = columns < projection_dim
-        direction, batch_row = row // batch, row % batch
-        shares = projected + (direction * SPLITS * batch + batch_row) * projection_dim + columns  # the first slice's
-        new_hidden = tl.load(shares, mask=inside).to(tl.float32)
-        for split in tl.static_range(1, SPLITS):
-            new_hidden += tl.load(shares + split * batch * projection_dim, mask=inside).to(tl.float32)
-        if HAS_CLIP:
-            new_hidden = tl.minimum(tl.maximum(new_hidden, -proj_clip), proj_clip)
-        is_running = tl.load(running + batch_row) != 0
-        # A padded row keeps its hidden state (no column stored) and outputs zeros.
-        stored_columns = tl.where(is_running, projection_dim, 0)
-        row_hidden = hidden + row * projection_dim + columns
-        tl.store(row_hidden, new_hidden.to(hidden.dtype.element_ty), mask=columns < stored_columns)
-        step_output = tl.where(is_running, new_hidden, 0.0)
-        tl.store(output + row * output_row_stride + columns, step_output.to(output.dtype.element_ty), mask=inside)

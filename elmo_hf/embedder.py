@@ -24,7 +24,9 @@ from torch import nn
 from tqdm import tqdm
 
 from .modeling_elmo import ElmoModel
+from .shipped_models import DEFAULT_MODEL
 from .tokenization_elmo import ElmoTokenizer
+from .weight_cache import derived_copy
 
 LAYER_CHOICES = ("all", "top", "average", "mix")
 OUTPUT_FORMATS = {".hdf5": "hdf5", ".h5": "hdf5", ".npz": "npz"}
@@ -39,7 +41,9 @@ class ElmoTokenCache(nn.Module):
     output): known words are read from the table, the others still go through `character_encoder`. This is what
     bilm-tf's `dump_token_embeddings` and allennlp's `vocab_to_cache` did.
     The vectors equal the encoder's up to float rounding (the encoder's own output for a word varies by that much
-    with the batch it is computed in). For inference: the table carries no gradient.
+    with the batch it is computed in). For inference: the table carries no gradient. The table follows the encoder's
+    weights: whenever their values or dtype change, however they were changed, the next call computes it again
+    (the rule of `weight_cache.py`).
 
     Args:
         character_encoder (`ElmoCharacterEncoder`): the encoder whose outputs are cached; it also encodes unknown words.
@@ -63,12 +67,19 @@ class ElmoTokenCache(nn.Module):
         hash_weights = torch.randint(1, 2**40, (char_ids.shape[1],), generator=generator)
         self.register_buffer("hash_weights", hash_weights.to(device), persistent=False)
         keys, order = torch.sort(self._keys(char_ids))
-        char_ids = char_ids[order]
-        with torch.no_grad():
-            embeddings = torch.cat([character_encoder(rows) for rows in char_ids.split(batch_size)])  # (entries, proj)
         self.register_buffer("keys", keys, persistent=False)
-        self.register_buffer("char_ids", char_ids, persistent=False)
-        self.register_buffer("embeddings", embeddings, persistent=False)
+        self.register_buffer("char_ids", char_ids[order], persistent=False)
+        self.batch_size = batch_size
+        self.table()  # computed now, not at the first call
+
+    def table(self):
+        """The encoder's output for every cached word `(entries, projection_dim)`, computed again when the encoder's
+        weights differ from those it was computed with."""
+        return derived_copy(self, "table", list(self.character_encoder.parameters()), self._encode_entries)
+
+    def _encode_entries(self):
+        with torch.no_grad():
+            return torch.cat([self.character_encoder(rows) for rows in self.char_ids.split(self.batch_size)])
 
     def _keys(self, char_ids):
         return (char_ids * self.hash_weights).sum(dim=-1)  # (words,)
@@ -80,7 +91,7 @@ class ElmoTokenCache(nn.Module):
         slots = torch.searchsorted(self.keys, self._keys(char_ids)).clamp(max=self.keys.shape[0] - 1)  # (words,)
         # The slot's characters are compared in full: a hash collision is a miss, never a wrong vector.
         known = (self.char_ids[slots] == char_ids).all(dim=-1)  # (words,)
-        output = self.embeddings[slots]  # (words, projection_dim), a copy
+        output = self.table()[slots]  # (words, projection_dim), a copy
         if not bool(known.all()):
             output[~known] = self.character_encoder(char_ids[~known]).to(output.dtype)
         return output
@@ -119,8 +130,6 @@ class ElmoEmbedder:
     def from_pretrained(cls, name_or_path=None, device=None, dtype=None, quantize=None):
         """An embedder for a checkpoint folder or Hub name (default: the shipped `elmo_hf.DEFAULT_MODEL`); the
         tokenizer follows the checkpoint's config."""
-        from . import DEFAULT_MODEL
-
         model = ElmoModel.from_pretrained(name_or_path or DEFAULT_MODEL)
         # A character lexicon (a model converted from ELMoForManyLangs) is the checkpoint's own tokenizer files.
         lexicon = model.config.char_vocabulary == "lexicon"

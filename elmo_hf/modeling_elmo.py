@@ -2,14 +2,15 @@
 
 The model's math lives in this file and reads top to bottom: the building blocks (char CNN, highway, biLSTM, scalar
 mix, task encoder, CRF, sampled softmax), the outputs, `ElmoPreTrainedModel`, `ElmoModel`, `ElmoForPreTraining` and
-the task heads. The LSTM below is the plain reference path. Under autograd each layer's recurrence runs with a
-hand-written backward (`lstm_training_kernel.py`, chosen in `ElmoBiLstm.forward`); on a CPU without gradients,
-`ElmoModel` runs the same math through `cpu_kernels.py` (per distinct word, packed steps, prepacked weights), and on
-a CUDA device without gradients it replays this file's loop from CUDA graphs (`cuda_graphs.py`); both are chosen in
-one place, `ElmoModel.forward`.
+the task heads. The LSTM below is the plain reference path; its cell step is `lstm_cell.py`'s. The faster paths run
+the same math: under autograd each layer's recurrence with a hand-written backward (`lstm_training_kernel.py`), on a
+CPU without gradients the packed inference kernels (`cpu_kernels.py`), on a CUDA device without gradients this
+file's loop replayed from CUDA graphs (`cuda_graphs.py`, `cuda_kernels.py`). `ElmoModel.forward` asks
+`lstm_paths.py` which one runs (one table there), and their derived copies of the weights follow `weight_cache.py`'s
+rule. Those modules never import this file.
 
 Weights converted from the original TensorFlow files use PyTorch conventions (gate order i, f, g, o; no hidden
-forget bias): every TensorFlow quirk is undone once, by the converter's key table (`original_tf.py`).
+forget bias): every TensorFlow quirk is undone once, by the converter's key table (`convert_bilm_tf.py`).
 """
 
 import functools
@@ -28,16 +29,13 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .char_ids import char_ids_to_word, distinct_rows
 from .configuration_elmo import ElmoConfig
-from .cpu_kernels import (
-    cpu_kernels_apply,
-    elmo_forward,
-    gather_words,
-    int8_products_available,
-    reverse_words_index,
-)
-from .cuda_graphs import cuda_graphs_apply, graphed_bilstm_forward
+from .cpu_kernels import elmo_forward, gather_words, int8_products_available, reverse_words_index
+from .cuda_graphs import graphed_bilstm_forward
 from .cuda_kernels import fused_layer_forward
+from .lstm_cell import clip, lstm_cell_step
+from .lstm_paths import lstm_path
 from .lstm_training_kernel import bilstm_training_forward
+from .weight_cache import forward_pass
 
 
 class ElmoHighway(nn.Module):
@@ -127,35 +125,6 @@ class ElmoCharacterEncoder(nn.Module):
         return self.projection(token) if self.projection is not None else token
 
 
-def lstm_cell_step(gates, cell, cell_clip: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""
-    The LSTM cell's step, its one definition: this file's `ElmoBiLstmLayer` and `cpu_kernels.py`'s packed steps run
-    it; the training kernel (`lstm_training_kernel.py`) runs it fused in place, and its forward and hand-written
-    backward are checked against autograd through this function:
-
-        c_t = clip(sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g), cell_clip),    m_t = sigmoid(o) * tanh(c_t)
-
-    Args:
-        gates (`(..., 4 * lstm_dim)`): the gate pre-activations `x_t W + h_{t-1} U + b` in the order i, f, g, o.
-        cell (`(..., lstm_dim)`): the cell before the step.
-        cell_clip (float or None): clip of the cell.
-
-    Returns:
-        the new cell `(..., lstm_dim)` and the memory `m_t` `(..., lstm_dim)`, which the projection `P` turns into
-        the hidden state.
-    """
-    input_gate, forget_gate, cell_candidate, output_gate = gates.chunk(4, dim=-1)
-    new_cell = clip(
-        torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate), cell_clip
-    )
-    return new_cell, torch.sigmoid(output_gate) * torch.tanh(new_cell)
-
-
-def clip(values, bound: float | None):
-    """`values` clamped to `[-bound, bound]`; unchanged when `bound` is None."""
-    return values if bound is None else values.clamp(-bound, bound)
-
-
 class ElmoBiLstmLayer(nn.Module):
     r"""
     One layer of ELMo's LSTM for both directions at once, with a projected, clipped output. For each direction and
@@ -235,7 +204,7 @@ class ElmoBiLstm(nn.Module):
         # A run-time choice, not part of the checkpoint: `ElmoModel.quantize_weights`.
         self.weight_quantization = None
 
-    def forward(self, inputs, mask, lstm_states=None, dropout=0.0, implementation="auto"):
+    def forward(self, inputs, mask, lstm_states=None, dropout=0.0, implementation="reference"):
         r"""
         Args:
             inputs (`(batch, words, projection_dim)`): the token representation of each word, 0 at padded positions.
@@ -245,11 +214,11 @@ class ElmoBiLstm(nn.Module):
                 `rows` may differ from `batch`: batch row i continues state row i, state rows past the batch are
                 carried through unchanged, and batch rows past the state start from zeros.
             dropout (float): dropout probability on every layer's input (the residual adds the dropped input).
-            implementation (str): `config.lstm_implementation`. This readable loop runs for "reference" and for
-                "auto" without gradients; "packed", and "auto" under autograd, run the same math on packed steps with
-                a hand-written backward (`lstm_training_kernel.py`); "fused" (internal: the CUDA graphs' choice)
-                runs this loop with each step's elementwise work in two Triton kernels (`cuda_kernels.py`). The ONNX
-                export compiles `ElmoBiLstmLayer` with `torch.jit.script`: its forward must stay scriptable.
+            implementation (str): the path (`lstm_paths.py`, which `ElmoModel.forward` asks): "reference" runs this
+                readable loop; "packed" the same math on packed steps with a hand-written backward
+                (`lstm_training_kernel.py`); "fused" this loop with each step's elementwise work in two Triton kernels
+                (`cuda_kernels.py`, the step of the CUDA graphs' "fused" path). The ONNX export compiles
+                `ElmoBiLstmLayer` with `torch.jit.script`: its forward must stay scriptable.
 
         Returns:
             a list with each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at
@@ -257,7 +226,9 @@ class ElmoBiLstm(nn.Module):
         """
         batch, words, _ = inputs.shape
         cells, hiddens, carried = self.initial_states(lstm_states, batch, inputs)  # (layers, 2, batch, dim)
-        if implementation == "packed" or (implementation == "auto" and torch.is_grad_enabled()):
+        if implementation not in ("reference", "packed", "fused"):
+            raise ValueError(f"ElmoBiLstm runs 'reference', 'packed' or 'fused', got {implementation!r}")
+        if implementation == "packed":
             layer_outputs, final_cells, final_hiddens = bilstm_training_forward(
                 self, inputs, mask, cells, hiddens, dropout, zero_state=lstm_states is None
             )
@@ -1005,32 +976,27 @@ class ElmoModel(ElmoPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         mask = self.word_mask(input_ids, attention_mask)  # (batch, words)
-        # The one choice of path (config.lstm_implementation): without gradients, the CPU kernels compute the same
-        # math, and on a CUDA device the LSTM's loop is replayed from CUDA graphs.
-        implementation = self.config.lstm_implementation
-        if implementation != "reference" and cpu_kernels_apply(self, input_ids, lstm_states, lstm_dropout):
-            # cpu_kernels' own word encoding has no word embedding: a model with one encodes words in its forward.
-            if token_cache is None and self.character_encoder.word_embedding is not None:
-                token_cache = self.character_encoder
-            token_layer, lstm_layers, final_state = elmo_forward(self, input_ids, mask, lstm_states, token_cache)
-        elif self.encoder.weight_quantization is not None:
-            raise ValueError(
-                f"weights quantized to {self.encoder.weight_quantization} run only on a CPU, without gradients, "
-                f"dropout or lstm_implementation='reference' (got device {input_ids.device.type}, "
-                f"lstm_implementation={implementation!r}); call quantize_weights(None) first"
-            )
-        else:
-            encode_words = self.character_encoder if token_cache is None else token_cache
-            # Only the real words are encoded, each distinct one once (frequent words repeat); padding stays 0.
-            distinct_words, word_index = distinct_rows(input_ids[mask])
-            words = encode_words(distinct_words)[word_index]  # (real words, projection_dim)
-            token_layer = words.new_zeros(*mask.shape, words.shape[-1]).masked_scatter(mask.unsqueeze(-1), words)
-            if cuda_graphs_apply(token_layer, lstm_states, lstm_dropout, implementation):
-                lstm_layers, final_state = graphed_bilstm_forward(self.encoder, token_layer, mask)
+        # The one choice of path (lstm_paths.py): config.lstm_implementation, the device, grad mode, dropout, state.
+        path = lstm_path(self, input_ids, lstm_states, lstm_dropout)
+        with forward_pass():  # the weights' derived copies are checked once in this call (weight_cache.py)
+            if path in ("cpu_kernels", "cpu_kernels_int8"):
+                # cpu_kernels' own word encoding has no word embedding: a model with one encodes words in its forward.
+                if token_cache is None and self.character_encoder.word_embedding is not None:
+                    token_cache = self.character_encoder
+                token_layer, lstm_layers, final_state = elmo_forward(self, input_ids, mask, lstm_states, token_cache)
             else:
-                lstm_layers, final_state = self.encoder(
-                    token_layer, mask, lstm_states, dropout=lstm_dropout, implementation=implementation
-                )
+                encode_words = self.character_encoder if token_cache is None else token_cache
+                # Only the real words are encoded, each distinct one once (frequent words repeat); padding stays 0.
+                distinct_words, word_index = distinct_rows(input_ids[mask])
+                words = encode_words(distinct_words)[word_index]  # (real words, projection_dim)
+                token_layer = words.new_zeros(*mask.shape, words.shape[-1]).masked_scatter(mask.unsqueeze(-1), words)
+                if path in ("cuda_graphs", "fused"):
+                    step = "fused" if path == "fused" else "reference"
+                    lstm_layers, final_state = graphed_bilstm_forward(self.encoder, token_layer, mask, step)
+                else:
+                    lstm_layers, final_state = self.encoder(
+                        token_layer, mask, lstm_states, dropout=lstm_dropout, implementation=path
+                    )
 
         hidden_states = (torch.cat([token_layer, token_layer], dim=-1), *lstm_layers)  # each (batch, words, 2*proj)
         return ElmoModelOutput(

@@ -9,20 +9,22 @@ import torch
 from helpers import tiny_model
 
 from elmo_hf import cuda_graphs, cuda_kernels
+from elmo_hf.lstm_paths import resolve_lstm_path
 
 pytest.importorskip("triton", reason="Triton is in the test extras (pip install -e '.[test]')")
+from elmo_hf import triton_lstm_kernels  # noqa: E402 (after the skip: it imports Triton)
 
 
 @pytest.fixture
 def interpreted(monkeypatch):
     """The kernels redefined under TRITON_INTERPRET=1 (Triton reads it when a kernel is defined), and restored."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    importlib.reload(cuda_kernels)
+    importlib.reload(triton_lstm_kernels)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "overflow encountered in exp")  # tanh's exp at +-inf is exact
         yield
     monkeypatch.delenv("TRITON_INTERPRET")
-    importlib.reload(cuda_kernels)
+    importlib.reload(triton_lstm_kernels)
 
 
 def layer_and_batch(seed, lengths, cell_clip, proj_clip, dtype=torch.float32, **sizes):
@@ -88,25 +90,26 @@ def test_fused_layer_in_bfloat16_stays_close_to_float32(interpreted):
 
 
 def test_graphs_take_the_fused_step_where_it_applies(interpreted):
-    """The padded forward of `cuda_graphs` runs the fused step for float32 (same layers as the reference), and the
-    reference step for float64 and under autocast."""
+    """The fused step applies to float32 (the graphs of its step give the reference's layers), not to float64 nor under
+    autocast, where "auto" resolves to the graphs of the reference step."""
     model, _, inputs, mask, _, _ = layer_and_batch(6, [5, 3, 1], 3.0, 3.0)
     token_layer = inputs[0]  # (batch, words, projection_dim)
+
+    def resolved(like):
+        return resolve_lstm_path(
+            "auto", "cuda", fused_step_available=lambda: cuda_kernels.fused_step_apply(model.encoder, like)
+        )
+
     with torch.no_grad():
         expected, _ = model.encoder(token_layer, mask, implementation="reference")
-        layers, _ = cuda_graphs.graphed_bilstm_forward(model.encoder, token_layer, mask)
+        assert resolved(token_layer) == "fused"
+        layers, _ = cuda_graphs.graphed_bilstm_forward(model.encoder, token_layer, mask, "fused")
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            cuda_graphs.graphed_bilstm_forward(model.encoder, token_layer, mask)
+            assert resolved(token_layer) == "cuda_graphs"
+        assert resolved(token_layer.double()) == "cuda_graphs"  # weights in float32, input in float64
         model.double()
-        cuda_graphs.graphed_bilstm_forward(model.encoder, token_layer.double(), mask)
-    chosen = {
-        (key[2], key[5]): padded.implementation for key, padded in cuda_graphs._GRAPHS[model.encoder].graphs.items()
-    }
-    assert chosen == {
-        (torch.float32, None): "fused",
-        (torch.float32, torch.bfloat16): "reference",
-        (torch.float64, None): "reference",
-    }
+        assert resolved(token_layer.double()) == "cuda_graphs"  # float64 keeps the reference step's precision
+    assert [padded.implementation for padded in cuda_graphs._GRAPHS[model.encoder].graphs.values()] == ["fused"]
     for layer, expected_layer in zip(layers, expected):
         torch.testing.assert_close(layer, expected_layer, rtol=0, atol=2e-6)
 
@@ -122,16 +125,16 @@ def test_a_failing_fused_step_warns_once_and_the_graphs_take_the_reference_step(
 
             return launch
 
-    monkeypatch.setattr(cuda_kernels, "_cell_step_kernel", Uncompilable())
+    monkeypatch.setattr(triton_lstm_kernels, "cell_step_kernel", Uncompilable())
     with torch.no_grad():
         expected, _ = model.encoder(token_layer, mask, implementation="reference")
         with pytest.warns(
             UserWarning, match=r"fused LSTM step failed \(unsupported target\); this model's CUDA graphs"
         ):
-            first, _ = cuda_graphs.graphed_bilstm_forward(model.encoder, token_layer, mask)
+            first, _ = cuda_graphs.graphed_bilstm_forward(model.encoder, token_layer, mask, "fused")
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # said once
-            second, _ = cuda_graphs.graphed_bilstm_forward(model.encoder, token_layer[:1], mask[:1])
+            second, _ = cuda_graphs.graphed_bilstm_forward(model.encoder, token_layer[:1], mask[:1], "fused")
     assert [padded.implementation for padded in cuda_graphs._GRAPHS[model.encoder].graphs.values()] == ["reference"] * 2
     for layer, expected_layer in zip(first, expected):
         torch.testing.assert_close(layer, expected_layer, rtol=0, atol=0)

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from helpers import random_batch, tiny_model, tiny_model_and_batch
 
-from elmo_hf import cpu_kernels, modeling_elmo
+from elmo_hf import cpu_kernels, modeling_elmo, weight_cache
+from elmo_hf.lstm_paths import lstm_path
 
 # Against a step-by-step reference.
 
@@ -191,10 +192,10 @@ def test_fast_path_gradients_equal_reference():
 
 def both_paths(model, input_ids, monkeypatch, **kwargs):
     """(reference output, kernel output) of `model(input_ids, output_hidden_states=True, **kwargs)` without
-    gradients, each path forced through the one predicate that chooses it."""
+    gradients, each path requested through `config.lstm_implementation`."""
     outputs = []
-    for use_kernels in (False, True):
-        monkeypatch.setattr(modeling_elmo, "cpu_kernels_apply", lambda *args, use=use_kernels: use)
+    for implementation in ("reference", "auto"):
+        monkeypatch.setattr(model.config, "lstm_implementation", implementation)
         with torch.no_grad():
             outputs.append(model(input_ids, output_hidden_states=True, **kwargs))
     return outputs
@@ -274,21 +275,21 @@ def test_a_token_cache_gives_the_same_vectors_on_both_paths(monkeypatch):
             assert_within_float32_rounding(cached, plain)
 
 
-def test_the_predicate_chooses_the_kernels_only_for_cpu_inference():
+def test_the_resolver_chooses_the_kernels_only_for_cpu_inference():
     model = tiny_model(seed=1)
     input_ids = torch.ones(2, 3, model.config.max_characters_per_token, dtype=torch.long)
     states = random_states(torch.Generator().manual_seed(0), model, 2)
     with torch.no_grad():
-        assert cpu_kernels.cpu_kernels_apply(model, input_ids, None, 0.0)
-        assert cpu_kernels.cpu_kernels_apply(model, input_ids, states, 0.0)
-        assert not cpu_kernels.cpu_kernels_apply(model, input_ids, None, 0.1)  # dropout: training
+        assert lstm_path(model, input_ids, None, 0.0) == "cpu_kernels"
+        assert lstm_path(model, input_ids, states, 0.0) == "cpu_kernels"
+        assert lstm_path(model, input_ids, None, 0.1) == "reference"  # dropout: training
     with torch.inference_mode():
-        assert cpu_kernels.cpu_kernels_apply(model, input_ids, None, 0.0)
-    assert not cpu_kernels.cpu_kernels_apply(model, input_ids, None, 0.0)  # trainable parameters, grad mode
-    assert not cpu_kernels.cpu_kernels_apply(model, input_ids.to("meta"), None, 0.0)  # not on the CPU
+        assert lstm_path(model, input_ids, None, 0.0) == "cpu_kernels"
+    assert lstm_path(model, input_ids, None, 0.0) == "packed"  # trainable parameters, grad mode
+    assert lstm_path(model, input_ids.to("meta"), None, 0.0) == "packed"  # not on the CPU
     model.requires_grad_(False)
-    assert cpu_kernels.cpu_kernels_apply(model, input_ids, states, 0.0)  # a frozen biLM
-    assert not cpu_kernels.cpu_kernels_apply(model, input_ids, (states[0].requires_grad_(), states[1]), 0.0)
+    assert lstm_path(model, input_ids, states, 0.0) == "cpu_kernels"  # a frozen biLM
+    assert lstm_path(model, input_ids, (states[0].requires_grad_(), states[1]), 0.0) == "packed"
 
 
 def test_a_call_that_needs_gradients_runs_the_reference_path(monkeypatch):
@@ -328,10 +329,10 @@ def test_without_the_private_onednn_operators_the_plain_products_give_the_same_v
     input_ids, _ = random_batch(generator, batch=7, max_words=10, chars=model.config.max_characters_per_token)
     usual = _forward_float32(model, input_ids, needs_gradient=False)
     monkeypatch.setattr(cpu_kernels, "onednn_products_available", lambda: False)
-    cpu_kernels._WEIGHT_COPIES.clear()
+    weight_cache._COPIES.clear()
     fallback = _forward_float32(model, input_ids, needs_gradient=False)
     for layer in model.encoder.layers:
-        assert not any(layout == "onednn" for _, layout in cpu_kernels._WEIGHT_COPIES.get(layer, {}))
+        assert not any(layout == "onednn" for _, layout in weight_cache._COPIES.get(layer, {}))
     torch.testing.assert_close(fallback, usual, rtol=1e-5, atol=1e-6)
 
 
@@ -352,7 +353,7 @@ def test_prepacked_products_equal_the_plain_products_in_float32():
     input_ids, lengths = random_batch(generator, batch=7, max_words=10, chars=model.config.max_characters_per_token)
     packed = _forward_float32(model, input_ids, needs_gradient=False)
     for layer in model.encoder.layers:
-        assert set(cpu_kernels._WEIGHT_COPIES[layer]) == {
+        assert set(weight_cache._COPIES[layer]) == {
             ("recurrent_weight", "onednn"),
             ("projection_weight", "onednn"),
         }
@@ -369,12 +370,12 @@ def test_a_single_sentence_builds_no_packed_weights():
     single = _forward_float32(model, input_ids, needs_gradient=False)
     # One row copies only the projection weight, transposed.
     for layer in model.encoder.layers:
-        assert set(cpu_kernels._WEIGHT_COPIES[layer]) == {("projection_weight", "transposed")}
+        assert set(weight_cache._COPIES[layer]) == {("projection_weight", "transposed")}
     # The call with gradients runs the reference path (every position, not once per distinct word): rounding differs.
     torch.testing.assert_close(single, _forward_float32(model, input_ids, needs_gradient=True), rtol=1e-5, atol=1e-6)
     _forward_float32(model, input_ids.repeat(2, 1, 1), needs_gradient=False)  # two rows: packed from here on
     for layer in model.encoder.layers:
-        assert ("recurrent_weight", "onednn") in cpu_kernels._WEIGHT_COPIES[layer]
+        assert ("recurrent_weight", "onednn") in weight_cache._COPIES[layer]
 
 
 @pytest.mark.parametrize(

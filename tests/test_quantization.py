@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import SENTENCES, read_output, tiny_model, write_lines
 
-from elmo_hf import DEFAULT_MODEL, ElmoEmbedder, ElmoModel, ElmoTokenizer, cli
+from elmo_hf import DEFAULT_MODEL, ElmoEmbedder, ElmoModel, ElmoTokenizer, cli, weight_cache
 from elmo_hf.cpu_kernels import _int8_linear_weight, int8_products_available
 
 pytestmark = [
@@ -134,9 +134,9 @@ def test_int8_runs_the_character_cnn_in_bfloat16_where_onednn_has_it(monkeypatch
     token_layers = {}
     for available in (True, False):
         monkeypatch.setattr(kernels, "_onednn_bfloat16_available", lambda available=available: available)
-        kernels._WEIGHT_COPIES.pop(first_bank, None)
+        weight_cache._COPIES.pop(first_bank, None)
         token_layers[available] = layers(model)[0]
-        assert (("weight", "bfloat16") in kernels._WEIGHT_COPIES.get(first_bank, {})) == available
+        assert (("weight", "bfloat16") in weight_cache._COPIES.get(first_bank, {})) == available
         cosine = torch.nn.functional.cosine_similarity(exact, token_layers[available], dim=-1)
         assert cosine.min() > 0.99995, f"bfloat16 CNN {available}: cosine per word down to {cosine.min():.6f}"
     assert not torch.equal(token_layers[True], token_layers[False])

@@ -33,7 +33,7 @@ cp /tmp/eb/results.json "$OUT/inference-fused.json"
 
 stage "inference, medium: CUDA graphs with the reference step"
 timeout 110 python3 benchmarks/benchmark_elmo.py --device cuda --sizes medium --reps 3 --peer-dir .gpu/peer-dir \
-    --work-dir /tmp/eb --no-fused-step 2>&1
+    --work-dir /tmp/eb --lstm-implementation cuda_graphs 2>&1
 cp /tmp/eb/results.json "$OUT/inference-graphs-reference-step.json"
 
 stage "inference, medium: bfloat16, CUDA graphs with the fused step"
