@@ -37,6 +37,10 @@ CODE_FILES = {
     "tokenization_elmo.py",
     "char_ids.py",
     "packed_steps.py",
+    "lstm_cell.py",
+    "lstm_paths.py",
+    "weight_cache.py",
+    "triton_lstm_kernels.py",
 }
 CONVERTED_FILES = {
     ".gitattributes",
