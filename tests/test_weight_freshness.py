@@ -178,7 +178,7 @@ def test_the_embedders_token_cache_follows_a_dtype_change():
 def test_a_trainer_evaluates_the_model_it_saves(tmp_path):
     """The Trainer's default optimizer (fused AdamW) on an unfrozen biLM, evaluated between steps: the last evaluation
     is the saved checkpoint's, reloaded."""
-    from datasets import Dataset
+    Dataset = pytest.importorskip("datasets").Dataset  # a test extra; absent on some GPU images
     from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
     from elmo_hf import ElmoForTokenClassification, ElmoTokenizer

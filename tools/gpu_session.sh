@@ -1,11 +1,12 @@
 #!/bin/bash
-# The GPU checks of one device-machine session, in one call (the lease is short): the CUDA tests, and inference at
-# the medium size against allennlp on the same GPU: CUDA graphs with the fused step, with the reference step, and
-# bfloat16. (benchmarks/benchmark_training.py --device cuda times training; RESULTS.md has its last GPU run.)
+# The GPU checks of one device-machine session, in one call (the lease is short): the CUDA tests with the paths'
+# differential harness, inference against allennlp on the same GPU (medium in float32 and bfloat16, original), and
+# the biLM's training step with a profile.
 #
 #   bash tools/gpu_session.sh [OUT_DIR]
 #
 # Expects, in the ignored folder .gpu/ (made on a machine with the registries and ../shared):
+#   .gpu/trainwork/ptb/train.txt  Penn Treebank text for the training benchmark (run_bilm_pretraining.write_ptb);
 #   .gpu/whl/       allennlp 2.10.1, base58, dill, more-itertools and lmdb wheels for the device's Python;
 #   .gpu/peer/      a "venv" whose bin/python is python3 with those wheels on its path (/tmp/peersite);
 #   .gpu/peer-dir/  a copy of ../shared/peer; .gpu/fixtures/ a copy of ../shared/fixtures;
@@ -22,22 +23,28 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm 
 python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers', transformers.__version__, 'triton', triton.__version__)"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/peersite .gpu/whl/*.whl
 
-stage "tests"
-timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_graphs.py \
-    tests/test_cuda_kernels.py 2>&1 | tail -15
+stage "tests: the CUDA paths, the differential harness and the weight freshness checks"
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_graphs.py \
+    tests/test_cuda_kernels.py tests/test_paths_differential.py tests/test_lstm_paths.py \
+    tests/test_weight_freshness.py 2>&1 | tail -25
 
 stage "inference, medium: CUDA graphs with the fused step, and allennlp"
-timeout 170 python3 benchmarks/benchmark_elmo.py --device cuda --sizes medium --reps 3 --peer-venv .gpu/peer \
+timeout 150 python3 benchmarks/benchmark_elmo.py --device cuda --sizes medium --reps 3 --peer-venv .gpu/peer \
     --peer-dir .gpu/peer-dir --work-dir /tmp/eb 2>&1
-cp /tmp/eb/results.json "$OUT/inference-fused.json"
-
-stage "inference, medium: CUDA graphs with the reference step"
-timeout 110 python3 benchmarks/benchmark_elmo.py --device cuda --sizes medium --reps 3 --peer-dir .gpu/peer-dir \
-    --work-dir /tmp/eb --lstm-implementation cuda_graphs 2>&1
-cp /tmp/eb/results.json "$OUT/inference-graphs-reference-step.json"
+cp /tmp/eb/results.json "$OUT/inference-medium.json"
 
 stage "inference, medium: bfloat16, CUDA graphs with the fused step"
-timeout 110 python3 benchmarks/benchmark_elmo.py --device cuda --sizes medium --reps 3 --peer-dir .gpu/peer-dir \
+timeout 90 python3 benchmarks/benchmark_elmo.py --device cuda --sizes medium --reps 3 --peer-dir .gpu/peer-dir \
     --work-dir /tmp/eb --variant bf16 2>&1
-cp /tmp/eb/results.json "$OUT/inference-fused-bf16.json"
+cp /tmp/eb/results.json "$OUT/inference-medium-bf16.json"
+
+stage "training step: shipped and larger LSTM, file-order batches of 64, with a profile"
+timeout 100 python3 benchmarks/benchmark_training.py --revisions . --configs shipped larger --device cuda \
+    --steps 20 --warmup 5 --batch-size 64 --rounds 1 --profile --work-dir .gpu/trainwork \
+    --json "$OUT/training.json" 2>&1 | tail -60
+
+stage "inference, original: CUDA graphs with the fused step, and allennlp"
+timeout 100 python3 benchmarks/benchmark_elmo.py --device cuda --sizes original --reps 2 --peer-venv .gpu/peer \
+    --peer-dir .gpu/peer-dir --work-dir /tmp/eb 2>&1
+cp /tmp/eb/results.json "$OUT/inference-original.json"
 stage "done"
