@@ -13,10 +13,10 @@ cd "$(dirname "$0")/.."
 
 MINUTES=${MINUTES:-60}
 MAX_STEPS=${MAX_STEPS:-16000}
-MIX=${MIX:-all}                      # a mix of tools/bilm_pilots.py: all, nonews, lessreligious
+MIX=${MIX:-lessreligious}           # a mix of tools/bilm_pilots.py (the run so far: lessreligious)
 CORPUS=${CORPUS:-outputs/corpus}
 STATE=training/elmo-english-small
-THREADS=${THREADS:-2}
+THREADS=${THREADS:-1}              # the run so far: 1 (bit-exact resumes need the same count)
 
 if [ ! -f "$CORPUS/manifest.json" ]; then
     elmo-hf build-corpus "$CORPUS" --expect
