@@ -336,8 +336,8 @@ def data_files(data_args, training_args):
 
 
 def load_tokenizer_and_vocabulary(model_args, data_args, training_args, train_path):
-    """The checkpoint's tokenizer and vocabulary if it has a vocab.txt, else a tokenizer and the vocabulary of
-    --vocab_file or one built here from the training text."""
+    """The tokenizer and vocabulary of --resume_from_checkpoint or --model_name_or_path if it has a vocab.txt, else
+    a tokenizer and the vocabulary of --vocab_file or one built here from the training text."""
     max_characters_per_token = model_args.max_characters_per_token
     if model_args.model_name_or_path is not None:
         max_characters_per_token = ElmoConfig.from_pretrained(model_args.model_name_or_path).max_characters_per_token
@@ -346,6 +346,11 @@ def load_tokenizer_and_vocabulary(model_args, data_args, training_args, train_pa
                 ElmoTokenizer.from_pretrained(model_args.model_name_or_path),
                 ElmoWordVocabulary.from_pretrained(model_args.model_name_or_path),
             )
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is not None and data_args.vocab_file is None and find_vocab_file(checkpoint) is not None:
+        # A resumed run predicts the words its softmax was trained on: the checkpoint's vocabulary, never one
+        # rebuilt from text that may have changed since.
+        return ElmoTokenizer.from_pretrained(checkpoint), ElmoWordVocabulary.from_pretrained(checkpoint)
     tokenizer = ElmoTokenizer(max_characters_per_token=max_characters_per_token)
     vocab_file = data_args.vocab_file
     if vocab_file is None:

@@ -166,6 +166,31 @@ def test_resuming_from_a_checkpoint_gives_the_weights_of_an_uninterrupted_run(tm
     assert not torch.equal(weights(interrupted / "checkpoint-3")["lm_head.weight"], after_resume["lm_head.weight"])
 
 
+def test_a_resumed_run_keeps_the_checkpoints_vocabulary_when_the_text_has_changed(tmp_path):
+    first_text = counting_text(tmp_path / "first.txt", sentences=12)
+    arguments = ["--do_train", "--num_sampled_negatives", 4, "--per_device_train_batch_size", 4, "--save_steps", 2]
+    run(*arguments, "--train_file", first_text, "--output_dir", tmp_path / "run", "--max_steps", 2)
+    checkpoint_vocabulary = (tmp_path / "run" / "checkpoint-2" / "vocab.txt").read_text(encoding="utf-8")
+    # The text now counts its words differently (a new most frequent word): a vocabulary rebuilt from it would
+    # renumber the softmax's rows under the checkpoint's weights.
+    changed_text = tmp_path / "changed.txt"
+    changed_text.write_text("zz zz zz zz " + first_text.read_text(encoding="utf-8"), encoding="utf-8")
+    resumed = run(
+        *arguments,
+        "--train_file",
+        changed_text,
+        "--output_dir",
+        tmp_path / "run",
+        "--max_steps",
+        3,
+        "--resume_from_checkpoint",
+        tmp_path / "run" / "checkpoint-2",
+    )
+    assert resumed.state.global_step == 3
+    assert (tmp_path / "run" / "vocab.txt").read_text(encoding="utf-8") == checkpoint_vocabulary
+    assert "zz" not in checkpoint_vocabulary.split()
+
+
 def test_length_grouped_batches_pad_less_and_cover_every_sentence_once_per_epoch(tmp_path):
     lengths = [random.Random(index).randrange(1, 40) for index in range(640)]
     sampler = run_bilm_pretraining.ElmoLengthGroupedSampler(8, lengths, seed=3)
