@@ -17,7 +17,10 @@ model code (`modeling_elmo.py` and its siblings, imported as two packages of the
 registrations) and times every batch of every mode on both, old and new alternately (the order swapped from batch
 to batch), `--reps` times; it prints the summed model time per mode and revision, and the largest difference
 between the two revisions' vectors for the first 8 sentences embedded one at a time (a single sentence may take
-other kernels than a batch).
+other kernels than a batch). `--precision bfloat16|int8` runs it on `model.to(torch.bfloat16)` or
+`model.quantize_weights("int8")`, and `--token-cache` passes each revision's `ElmoTokenCache` of the workload's words
+as `token_cache` (the modes whose derived weight copies have their own checks); `--rounds 0 --interleaved` runs only
+this check.
 """
 
 import argparse
@@ -90,6 +93,23 @@ def load_model_code(code_root, package, directory):
     return importlib.import_module(f"{package}.modeling_elmo").ElmoModel
 
 
+def load_revision_model(code_root, package, directory, checkpoint, precision, token_cache_words, tokenizer):
+    """`code_root`'s ElmoModel on `checkpoint`, in `precision`, and its token cache of `token_cache_words` (or None)."""
+    import torch
+
+    ElmoModel = load_model_code(code_root, package, directory)
+    model = ElmoModel.from_pretrained(checkpoint).eval()
+    if precision == "bfloat16":
+        model.to(torch.bfloat16)
+    elif precision == "int8":
+        model.quantize_weights("int8")
+    if not token_cache_words:
+        return model, None
+    ElmoTokenCache = importlib.import_module(f"{package}.embedder").ElmoTokenCache
+    char_ids = tokenizer([token_cache_words], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+    return model, ElmoTokenCache(model.character_encoder, char_ids)
+
+
 def interleaved(args, checkpoint):
     """Both revisions in this process, batch by batch: ({mode: {"old": words/s, "new": words/s}}, the largest
     difference between their vectors over every layer of the first CHECK_SENTENCES sentences, each alone)."""
@@ -101,12 +121,16 @@ def interleaved(args, checkpoint):
     torch.set_num_threads(args.threads)
     directory = tempfile.mkdtemp()
     sys.path.insert(0, directory)  # the two revisions' model code, as packages elmo_old and elmo_new
-    models = {
-        name: load_model_code(root, f"elmo_{name}", directory).from_pretrained(checkpoint).eval()
-        for name, root in (("old", args.old_root), ("new", args.new_root))
-    }
-    tokenizer = ElmoTokenizer(max_characters_per_token=models["new"].config.max_characters_per_token)
+    tokenizer = ElmoTokenizer()
     sentences = make_workload(args.n_sent, seed=0)
+    words = sorted({word for sentence in sentences for word in sentence}) if args.token_cache else None
+    models, caches = {}, {}
+    for name, root in (("old", args.old_root), ("new", args.new_root)):
+        models[name], caches[name] = load_revision_model(
+            root, f"elmo_{name}", directory, checkpoint, args.precision, words, tokenizer
+        )
+    if models["new"].config.max_characters_per_token != tokenizer.max_characters_per_token:
+        raise ValueError(f"{checkpoint}: expected the tokenizer's {tokenizer.max_characters_per_token} characters")
     modes = {
         "sorted": benchlib.make_batches(sentences, 32, sort=True),
         "unsorted": benchlib.make_batches(sentences, 32, sort=False),
@@ -115,24 +139,29 @@ def interleaved(args, checkpoint):
     seconds = {mode: {"old": 0.0, "new": 0.0} for mode in MODES}
     with torch.inference_mode():
         for batch in modes["unsorted"][:2] + modes["batch1"][:3]:  # warm-up, as benchlib.run_suite
-            for model in models.values():
-                model(**tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt"))
+            for name, model in models.items():
+                model(
+                    **tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt"),
+                    token_cache=caches[name],
+                )
         for _ in range(args.reps):
             for mode in MODES:
                 for index, batch in enumerate(modes[mode]):
                     inputs = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
                     for name in ("old", "new") if index % 2 == 0 else ("new", "old"):
                         start = time.perf_counter()
-                        torch.stack(models[name](**inputs, output_hidden_states=True).hidden_states).mean(0)
+                        outputs = models[name](**inputs, output_hidden_states=True, token_cache=caches[name])
+                        torch.stack(outputs.hidden_states).float().mean(0)
                         seconds[mode][name] += time.perf_counter() - start
         # The check of the worker processes covers one batch; single sentences may take other kernels (one row).
         single_difference = 0.0
         for sentence in sentences[:CHECK_SENTENCES]:
             inputs = tokenizer([sentence], is_split_into_words=True, return_tensors="pt")
             old, new = (
-                torch.stack(models[name](**inputs, output_hidden_states=True).hidden_states) for name in ("old", "new")
+                torch.stack(models[name](**inputs, output_hidden_states=True, token_cache=caches[name]).hidden_states)
+                for name in ("old", "new")
             )  # (layers, 1, words, dim)
-            single_difference = max(single_difference, float((new - old).abs().max()))
+            single_difference = max(single_difference, float((new.float() - old.float()).abs().max()))
     words = {mode: args.reps * sum(len(sentence) for batch in modes[mode] for sentence in batch) for mode in MODES}
     rates = {mode: {name: words[mode] / seconds[mode][name] for name in ("old", "new")} for mode in MODES}
     return rates, single_difference
@@ -205,6 +234,8 @@ def main(argv=None):
     parser.add_argument("--peer-dir", type=pathlib.Path, default=PEER_DIR)
     parser.add_argument("--output", type=pathlib.Path, help="write OUTPUT.json and OUTPUT.log")
     parser.add_argument("--interleaved", action="store_true", help="also time both in one process (see above)")
+    parser.add_argument("--precision", choices=["float32", "bfloat16", "int8"], default="float32", help="interleaved")
+    parser.add_argument("--token-cache", action="store_true", help="interleaved: with each revision's token cache")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--code-root", type=pathlib.Path, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=pathlib.Path, help=argparse.SUPPRESS)
@@ -222,7 +253,8 @@ def main(argv=None):
     lines = [
         f"CPU: {machine_line()} at start",
         f"old: {args.old_root.resolve()}, new: {args.new_root.resolve()}, size {args.size}, "
-        f"{args.n_sent} sentences, {args.rounds} rounds x {args.reps} reps, {args.threads} threads",
+        f"{args.n_sent} sentences, {args.rounds} rounds x {args.reps} reps, {args.threads} threads, "
+        f"interleaved: {args.precision}{', token cache' if args.token_cache else ''}",
     ]
     print("\n".join(lines), flush=True)
     rounds = {"old": [], "new": []}

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from .modeling_elmo import ElmoModel
 from .shipped_models import DEFAULT_MODEL
 from .tokenization_elmo import ElmoTokenizer
-from .weight_cache import derived_copy
+from .weight_cache import derived_copy, weights_held
 
 LAYER_CHOICES = ("all", "top", "average", "mix")
 OUTPUT_FORMATS = {".hdf5": "hdf5", ".h5": "hdf5", ".npz": "npz"}
@@ -381,13 +381,16 @@ class ElmoEmbedder:
         """The arrays of `sentences` (`embed_sentences`; `options`: its layers, mix_weights and sentence_vectors), in
         input order; `on_batch(sentences of the batch)` after each model call."""
         results = [None] * len(sentences)
-        for indices, arrays in self._embed_batches(
-            sentences, **options, batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch
-        ):
-            for index, array in zip(indices, arrays):
-                results[index] = array
-            if on_batch is not None:
-                on_batch([sentences[index] for index in indices])
+        # Every batch of this call runs here, with nothing in between that could write a weight (`on_batch` is this
+        # class's progress bar): the derived weight copies are checked at their first use in the call only.
+        with weights_held():
+            for indices, arrays in self._embed_batches(
+                sentences, **options, batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch
+            ):
+                for index, array in zip(indices, arrays):
+                    results[index] = array
+                if on_batch is not None:
+                    on_batch([sentences[index] for index in indices])
         return results
 
     @torch.inference_mode()

@@ -29,11 +29,15 @@ Why this is sound:
   invalidation to remember (no hook, no version counter bumped "where we remember to"), so no writer can be
   forgotten. Within one forward pass (`forward_pass`, opened by `ElmoModel.forward`) the weights are read as
   they were at the copy's first use: writing weights from another thread during a forward is a race in any case.
+  `weights_held` extends one pass over several forwards for code that runs them back to back with nothing in
+  between that could write a weight (`ElmoEmbedder`'s calls: its batches run inside one call, in this thread).
 
-The cost: one read of each weight that has a copy, once per forward pass (one product). The copies are read
-once per word or step (the per-step products read the recurrent and projection copies at every step), so the check
-costs a small fraction of the products (`benchmarks/RESULTS.md` gives it per mode). A call outside any forward
-pass checks at every call.
+The cost: one read of each weight that has a copy, once per forward pass (one product; weights below float32 are
+converted a block of rows at a time, so no float32 copy of a whole weight is allocated at each check). The copies
+are read once per word or step, so the check is a small share of a batch's work; for a single short sentence it is
+not (int8 reads the float32 weights it was quantized from), which is why `ElmoEmbedder` runs each call's batches
+inside one `weights_held` block (`benchmarks/RESULTS.md` gives the cost per mode). A call outside any forward pass
+checks at every call.
 
 The copies are kept by owner (a module) in a weak mapping: they go with the module, and copying, saving or moving a
 model never meets them.
@@ -49,6 +53,10 @@ import torch
 
 # The current forward pass of this thread or task (None outside one); each pass gets a new number.
 _CURRENT_PASS = contextvars.ContextVar("elmo_hf_weight_pass", default=None)
+# True inside `weights_held`: the forward passes within join its pass.
+_HELD = contextvars.ContextVar("elmo_hf_weights_held", default=False)
+# Elements of a weight below float32 converted to float32 at a time for its fingerprint (a 4 MiB buffer).
+_BLOCK_ELEMENTS = 1 << 20
 _PASS_NUMBERS = itertools.count(1)
 
 # owner module -> {key: _Entry}
@@ -68,12 +76,31 @@ class _Entry:
 @contextlib.contextmanager
 def forward_pass():
     """Within this context each copy is checked at its first use only (the weights do not change during a
-    forward). Nested passes are new passes."""
+    forward). Nested passes are new passes, except inside `weights_held`, whose pass they join."""
+    if _HELD.get():
+        yield
+        return
     token = _CURRENT_PASS.set(next(_PASS_NUMBERS))
     try:
         yield
     finally:
         _CURRENT_PASS.reset(token)
+
+
+@contextlib.contextmanager
+def weights_held():
+    """One forward pass spanning every forward in the block: each copy is checked at its first use in the block
+    only. For library code that runs forwards back to back and runs no caller's code in between (a batch loop),
+    so that nothing can write the weights during the block; never around code that takes a callback."""
+    if _HELD.get():
+        yield
+        return
+    pass_token, held_token = _CURRENT_PASS.set(next(_PASS_NUMBERS)), _HELD.set(True)
+    try:
+        yield
+    finally:
+        _HELD.reset(held_token)
+        _CURRENT_PASS.reset(pass_token)
 
 
 def fingerprint(tensor):
@@ -82,9 +109,21 @@ def fingerprint(tensor):
     product, `(columns,)`, computed in float32 (float64 for float64 tensors)."""
     values = tensor.detach()
     matrix = values.reshape(1, -1) if values.dim() < 2 else values.reshape(-1, values.shape[-1])  # (rows, columns)
-    if matrix.dtype not in (torch.float32, torch.float64):
-        matrix = matrix.float()  # sums in bfloat16 would round changes away
-    return _row_weights(matrix.shape[0], matrix.dtype, matrix.device) @ matrix  # (columns,)
+    if matrix.dtype in (torch.float32, torch.float64):
+        return _row_weights(matrix.shape[0], matrix.dtype, matrix.device) @ matrix  # (columns,)
+    # Sums in bfloat16 would round changes away: float32 sums. On a CPU a block of rows is converted at a time, into
+    # one small buffer; a float32 copy of the whole weight would be a new allocation at every check, whose page
+    # faults cost far more than the product (on CUDA the caching allocator reuses memory).
+    row_weights = _row_weights(matrix.shape[0], torch.float32, matrix.device)
+    if matrix.device.type != "cpu":
+        return row_weights @ matrix.float()
+    block_rows = max(1, _BLOCK_ELEMENTS // max(1, matrix.shape[1]))
+    block = torch.empty(min(block_rows, matrix.shape[0]), matrix.shape[1])
+    sums = torch.zeros(matrix.shape[1])
+    for start in range(0, matrix.shape[0], block_rows):
+        rows = matrix[start : start + block_rows]
+        sums.addmv_(block[: rows.shape[0]].copy_(rows).t(), row_weights[start : start + rows.shape[0]])
+    return sums  # (columns,)
 
 
 @functools.lru_cache(maxsize=64)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import random_batch, tiny_config, tiny_model
 
-from elmo_hf import ElmoEmbedder, ElmoModel, ElmoTokenCache, cpu_kernels
+from elmo_hf import ElmoEmbedder, ElmoModel, ElmoTokenCache, cpu_kernels, weight_cache
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -173,6 +173,42 @@ def test_the_embedders_token_cache_follows_a_dtype_change():
     cached = embedder.embed_sentence(sentence)
     embedder.set_token_cache(None)
     torch.testing.assert_close(torch.from_numpy(cached), torch.from_numpy(embedder.embed_sentence(sentence)))
+
+
+@pytest.mark.parametrize("mode", ["bfloat16", "int8"])
+def test_an_embedder_call_checks_each_copy_once_and_the_next_call_sees_new_weights(mode, monkeypatch):
+    if mode == "int8" and not cpu_kernels.int8_products_available():
+        pytest.skip("no int8 engine in this PyTorch")
+    model = prepared(tiny_model(seed=16), mode)
+    embedder = ElmoEmbedder(model)
+    sentences = [["the", "cat"], ["a", "dog", "ran"], ["it", "sat", "down", "here"]]
+    embedder.embed_sentences(sentences)  # builds the copies
+    checked = []
+    original = weight_cache.fingerprint
+    monkeypatch.setattr(weight_cache, "fingerprint", lambda tensor: checked.append(tensor) or original(tensor))
+    with torch.no_grad():
+        model(**embedder.tokenizer([sentences[0]], is_split_into_words=True, return_tensors="pt"))
+    per_forward = len(checked)
+    checked.clear()
+    before = embedder.embed_sentences(sentences, batch_size=1)  # three forwards, one call
+    assert per_forward > 0 and len(checked) == per_forward
+    data_copy(model)  # between calls: no version counter moves
+    after = embedder.embed_sentences(sentences, batch_size=1)
+    expected = ElmoEmbedder(fresh_copy(model, mode)).embed_sentences(sentences, batch_size=1)
+    for new, old, fresh in zip(after, before, expected):
+        torch.testing.assert_close(torch.from_numpy(new), torch.from_numpy(fresh), rtol=0, atol=ATOL)
+        assert abs(new - old).max() > 100 * ATOL
+
+
+def test_a_bfloat16_fingerprint_sees_one_changed_value_in_any_block(monkeypatch):
+    monkeypatch.setattr(weight_cache, "_BLOCK_ELEMENTS", 12)  # blocks of 3 rows of 4 columns
+    weight = torch.randn(10, 4, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    expected = weight_cache._row_weights(10, torch.float32, weight.device) @ weight.float()
+    torch.testing.assert_close(weight_cache.fingerprint(weight), expected)
+    for row in range(10):  # the first, middle and last (short) block
+        changed = weight.clone()
+        changed[row, 2] = changed[row, 2] * 2 + 1
+        assert not torch.equal(weight_cache.fingerprint(changed), weight_cache.fingerprint(weight)), row
 
 
 def test_a_trainer_evaluates_the_model_it_saves(tmp_path):
