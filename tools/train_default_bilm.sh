@@ -12,8 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MINUTES=${MINUTES:-60}
-MAX_STEPS=${MAX_STEPS:-9000}           # the run so far: 16000 to step 3615, then 9000 (the linear decay was shortened so the run ends in one more session)
-MIX=${MIX:-lessreligious}           # a mix of tools/bilm_pilots.py (the run so far: lessreligious)
+MAX_STEPS=${MAX_STEPS:-8000}           # the run so far: 16000 to step 3615, 9000 to step 4500, then 8000 (the linear decay shortened so the run ends in the session that resumed it)
+MIX=${MIX:-lessreligious}           # a mix of elmo_hf.corpus_builder.MIXES (the run so far: lessreligious)
 CORPUS=${CORPUS:-outputs/corpus}
 STATE=training/elmo-english-small
 THREADS=${THREADS:-1}              # the run so far: 1 (bit-exact resumes need the same count)
@@ -22,23 +22,21 @@ if [ ! -f "$CORPUS/manifest.json" ]; then
     elmo-hf build-corpus "$CORPUS" --expect
 fi
 python - "$CORPUS" "$MIX" outputs/default-bilm-mix <<'EOF'
-import sys
-import runpy
-
 import json
 import os
+import sys
 
-pilots = runpy.run_path("tools/bilm_pilots.py")
-from elmo_hf.corpus_builder import manifest_differences, write_mix
+import elmo_hf
+from elmo_hf.corpus_builder import MIXES, manifest_differences, write_mix
 
 corpus, mix, output = sys.argv[1:]
 # A corpus built earlier, by other code, is not the run's corpus: its batches after a resume would differ.
-with open(os.path.join(os.path.dirname(__import__("elmo_hf").__file__), "corpus_manifest.json")) as shipped:
+with open(os.path.join(os.path.dirname(elmo_hf.__file__), "corpus_manifest.json")) as shipped:
     with open(os.path.join(corpus, "manifest.json")) as built:
         differences = manifest_differences(json.load(shipped), json.load(built))
 if differences:
     sys.exit(f"{corpus} is not the corpus of elmo_hf/corpus_manifest.json (rebuild it): " + "; ".join(differences))
-print(write_mix(corpus, pilots["MIXES"][mix], output))
+print(write_mix(corpus, MIXES[mix], output))
 EOF
 
 resume=()
