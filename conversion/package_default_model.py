@@ -108,7 +108,9 @@ def main(argv=None):
                 "protocol": "stateless",
                 "parameters": parameters,
                 "storage_dtype": args.storage_dtype,
-                "subset_sentences": args.test_subset,
+                # --test-subset N, or the sentences of a text named test_subset
+                "subset_sentences": args.test_subset
+                or (len(read_sentences(texts["test_subset"])) if "test_subset" in texts else None),
                 "packaged": stateless_perplexities(args.output_dir, texts, args.test_subset),
                 "float32_checkpoint": stateless_perplexities(args.checkpoint, texts, args.test_subset),
             }

@@ -27,7 +27,7 @@ from .modeling_elmo import (
     ElmoScalarMix,
 )
 from .pipelines import ELMO_TOKEN_CLASSIFICATION_TASK, ElmoTokenClassificationPipeline
-from .shipped_models import DEFAULT_MODEL, PTB_MODEL
+from .shipped_models import DEFAULT_MODEL, NEWS_MODEL, PTB_MODEL, SHIPPED_MODELS
 from .tokenization_elmo import ElmoTokenizer
 from .word_vocabulary import ElmoPreTrainingCollator, ElmoWordVocabulary
 
@@ -59,7 +59,9 @@ PIPELINE_REGISTRY.register_pipeline(
 
 __all__ = [
     "DEFAULT_MODEL",
+    "NEWS_MODEL",
     "PTB_MODEL",
+    "SHIPPED_MODELS",
     "ElmoConfig",
     "ElmoModel",
     "ElmoModelOutput",

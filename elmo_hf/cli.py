@@ -21,6 +21,7 @@ from .convert_common import check_repo_id, push_to_hub
 from .convert_elmoformanylangs import convert_efml
 from .perplexity import PROTOCOLS, evaluate_perplexity, load_language_model, read_sentences
 from .published import BASE_URL_VARIABLE, PUBLISHED_MODELS, convert_published
+from .shipped_models import shipped_model_path
 from .user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -96,8 +97,8 @@ def build_parser():
         "--model",
         metavar="NAME_OR_DIR",
         default=DEFAULT_MODEL,
-        help="a converted checkpoint folder (see `elmo-hf convert`) or a Hub model name (default: the small "
-        "English ELMo shipped in the package, elmo_hf.DEFAULT_MODEL)",
+        help="a converted checkpoint folder (see `elmo-hf convert`), a Hub model name, or a model shipped in the "
+        "package by name: elmo-english-small (the default, elmo_hf.DEFAULT_MODEL), elmo-news-small, elmo-ptb-small",
     )
     model.add_argument(
         "--device",
@@ -441,7 +442,7 @@ def export_onnx(args):
     from .onnx_export import export_onnx
 
     try:
-        model = ElmoModel.from_pretrained(args.model)
+        model = ElmoModel.from_pretrained(shipped_model_path(args.model))
     except (OSError, ValueError) as error:  # no such model, unreadable or contradictory files
         raise unloadable_model_error(args.model, error) from None
     print(f"wrote {export_onnx(model, args.output, opset=args.opset)}", file=sys.stderr)

@@ -24,7 +24,7 @@ from torch import nn
 from tqdm import tqdm
 
 from .modeling_elmo import ElmoModel
-from .shipped_models import DEFAULT_MODEL
+from .shipped_models import DEFAULT_MODEL, shipped_model_path
 from .tokenization_elmo import ElmoTokenizer
 from .weight_cache import derived_copy, weights_held
 
@@ -128,12 +128,13 @@ class ElmoEmbedder:
 
     @classmethod
     def from_pretrained(cls, name_or_path=None, device=None, dtype=None, quantize=None):
-        """An embedder for a checkpoint folder or Hub name (default: the shipped `elmo_hf.DEFAULT_MODEL`); the
-        tokenizer follows the checkpoint's config."""
-        model = ElmoModel.from_pretrained(name_or_path or DEFAULT_MODEL)
+        """An embedder for a checkpoint folder, Hub name or shipped model's name (`elmo_hf.SHIPPED_MODELS`; default:
+        `elmo_hf.DEFAULT_MODEL`); the tokenizer follows the checkpoint's config."""
+        name_or_path = shipped_model_path(name_or_path or DEFAULT_MODEL)
+        model = ElmoModel.from_pretrained(name_or_path)
         # A character lexicon (a model converted from ELMoForManyLangs) is the checkpoint's own tokenizer files.
         lexicon = model.config.char_vocabulary == "lexicon"
-        tokenizer = ElmoTokenizer.from_pretrained(name_or_path or DEFAULT_MODEL) if lexicon else None
+        tokenizer = ElmoTokenizer.from_pretrained(name_or_path) if lexicon else None
         return cls(model, tokenizer=tokenizer, device=device, dtype=dtype, quantize=quantize)
 
     @property

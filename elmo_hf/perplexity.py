@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import ElmoForPreTraining
+from .shipped_models import shipped_model_path
 from .tokenization_elmo import ElmoTokenizer
 from .user_errors import UserInputError, unloadable_model_error, unreadable_file_error
 from .word_vocabulary import ElmoWordVocabulary
@@ -202,7 +203,9 @@ def evaluate_perplexity(model, tokenizer, vocabulary, sentences, protocol="bilm-
 
 
 def load_language_model(model_dir):
-    """(ElmoForPreTraining, its tokenizer, its word vocabulary) from a checkpoint folder or Hub name."""
+    """(ElmoForPreTraining, its tokenizer, its word vocabulary) from a checkpoint folder, Hub name or shipped model's
+    name (`elmo_hf.SHIPPED_MODELS`)."""
+    model_dir = shipped_model_path(model_dir)
     try:
         config = ElmoConfig.from_pretrained(model_dir)
         tokenizer = ElmoTokenizer.from_pretrained(model_dir)

@@ -4,9 +4,23 @@ import os
 
 _FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
 
-# The small English ELMo trained on 2.2M words of cased, punctuated English news (model card in its README.md). An
-# ElmoForPreTraining checkpoint (biLM + softmax).
-DEFAULT_MODEL = os.path.join(_FOLDER, "elmo-news-small")
-# The earlier default, trained on the Penn Treebank language-model text (lowercase, no punctuation): kept as the
-# training recipe's exact-reproduction check (its test perplexity is recomputed offline from the `treebank` package).
+# The small English ELMo trained on 9.4M words of cased, punctuated English from seven registry packages (speeches,
+# news, novels, technical prose, commentary and scripture; `elmo-hf build-corpus`, data statement in its README.md).
+# An ElmoForPreTraining checkpoint (biLM + softmax).
+DEFAULT_MODEL = os.path.join(_FOLDER, "elmo-english-small")
+# The earlier default, trained on 2.2M words of English news only, same shape.
+NEWS_MODEL = os.path.join(_FOLDER, "elmo-news-small")
+# Trained on the Penn Treebank language-model text (lowercase, no punctuation): kept as the training recipe's
+# exact-reproduction check (its test perplexity is recomputed offline from the `treebank` package).
 PTB_MODEL = os.path.join(_FOLDER, "elmo-ptb-small")
+
+# The shipped models by name, for `elmo-hf ... --model NAME` and `ElmoEmbedder.from_pretrained(NAME)`.
+SHIPPED_MODELS = {"elmo-english-small": DEFAULT_MODEL, "elmo-news-small": NEWS_MODEL, "elmo-ptb-small": PTB_MODEL}
+
+
+def shipped_model_path(name_or_path):
+    """The folder of the shipped model named `name_or_path` (a key of `SHIPPED_MODELS`) unless a folder of that name
+    exists here; any other value unchanged."""
+    if isinstance(name_or_path, str) and name_or_path in SHIPPED_MODELS and not os.path.exists(name_or_path):
+        return SHIPPED_MODELS[name_or_path]
+    return name_or_path

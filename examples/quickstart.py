@@ -2,7 +2,7 @@
 
     python examples/quickstart.py [--model DIR_OR_NAME] [--input FILE] [--output FILE]
 
-It loads the small English ELMo shipped inside elmo_hf (`elmo_hf.DEFAULT_MODEL`, trained on cased English news;
+It loads the small English ELMo shipped inside elmo_hf (`elmo_hf.DEFAULT_MODEL`, trained on cased English text;
 offline) or --model, shows a few vectors, then runs `elmo-hf embed INPUT OUTPUT`
 (examples/sentences.txt -> outputs/vectors.hdf5 by default).
 """

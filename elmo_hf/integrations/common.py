@@ -13,6 +13,7 @@ from numbers import Real
 
 from .. import DEFAULT_MODEL
 from ..modeling_elmo import ElmoModel
+from ..shipped_models import shipped_model_path
 from ..tokenization_elmo import ElmoTokenizer
 
 SINGLE_VECTOR_LAYERS = ("average", "top", "mix")
@@ -32,6 +33,7 @@ def load_checkpoint(name_or_path=None, **hub_kwargs):
     a path or a name is a TypeError, a checkpoint that cannot be read an OSError, each one line naming it."""
     if name_or_path is None:
         name_or_path = DEFAULT_MODEL
+    name_or_path = shipped_model_path(name_or_path)
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise TypeError(f"model must be a checkpoint folder or a Hub model name, got {shown(name_or_path)}")
     try:
