@@ -4,7 +4,7 @@ import os
 
 _FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
 
-# The small English ELMo trained on 9.4M words of cased, punctuated English from seven registry packages (speeches,
+# The small English ELMo trained on 7.4M words of cased, punctuated English from seven registry packages (speeches,
 # news, novels, technical prose, commentary and scripture; `elmo-hf build-corpus`, data statement in its README.md).
 # An ElmoForPreTraining checkpoint (biLM + softmax).
 DEFAULT_MODEL = os.path.join(_FOLDER, "elmo-english-small")
