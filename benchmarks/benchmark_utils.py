@@ -144,6 +144,27 @@ def prepare(work_dir, peer_dir, size):
     return source, checkpoint
 
 
+def in_precision(model, precision):
+    """`model` computing in `precision`: "float32" as it is, "bfloat16" (`model.to(torch.bfloat16)`) or "int8"
+    (`model.quantize_weights("int8")`)."""
+    import torch
+
+    if precision == "bfloat16":
+        return model.to(torch.bfloat16)
+    if precision == "int8":
+        return model.quantize_weights("int8")
+    return model
+
+
+def write_report(output, payload, lines):
+    """OUTPUT.json (`payload`) and OUTPUT.log (`lines`), the parent folder made if needed."""
+    import json
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.with_suffix(".json").write_text(json.dumps(payload, indent=1))
+    output.with_suffix(".log").write_text("\n".join(lines) + "\n")
+
+
 def load_example(name):
     """`examples/NAME.py` imported as the module NAME (the examples are scripts, not a package)."""
     if name not in sys.modules:

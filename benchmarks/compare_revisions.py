@@ -41,9 +41,11 @@ from benchmark_utils import (
     REPO_ROOT,
     SIZES,
     cpu_model,
+    in_precision,
     machine_line,
     peer_harness,
     prepare,
+    write_report,
 )
 
 
@@ -93,21 +95,11 @@ def load_model_code(code_root, package, directory):
     return importlib.import_module(f"{package}.modeling_elmo").ElmoModel
 
 
-def load_revision_model(code_root, package, directory, checkpoint, precision, token_cache_words, tokenizer):
-    """`code_root`'s ElmoModel on `checkpoint`, in `precision`, and its token cache of `token_cache_words` (or None)."""
-    import torch
-
-    ElmoModel = load_model_code(code_root, package, directory)
-    model = ElmoModel.from_pretrained(checkpoint).eval()
-    if precision == "bfloat16":
-        model.to(torch.bfloat16)
-    elif precision == "int8":
-        model.quantize_weights("int8")
-    if not token_cache_words:
-        return model, None
+def revision_token_cache(package, model, words, tokenizer):
+    """The revision `package`'s ElmoTokenCache of `words` for `model`."""
     ElmoTokenCache = importlib.import_module(f"{package}.embedder").ElmoTokenCache
-    char_ids = tokenizer([token_cache_words], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
-    return model, ElmoTokenCache(model.character_encoder, char_ids)
+    char_ids = tokenizer([words], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+    return ElmoTokenCache(model.character_encoder, char_ids)
 
 
 def interleaved(args, checkpoint):
@@ -121,16 +113,19 @@ def interleaved(args, checkpoint):
     torch.set_num_threads(args.threads)
     directory = tempfile.mkdtemp()
     sys.path.insert(0, directory)  # the two revisions' model code, as packages elmo_old and elmo_new
-    tokenizer = ElmoTokenizer()
-    sentences = make_workload(args.n_sent, seed=0)
-    words = sorted({word for sentence in sentences for word in sentence}) if args.token_cache else None
-    models, caches = {}, {}
-    for name, root in (("old", args.old_root), ("new", args.new_root)):
-        models[name], caches[name] = load_revision_model(
-            root, f"elmo_{name}", directory, checkpoint, args.precision, words, tokenizer
+    models = {
+        name: in_precision(
+            load_model_code(root, f"elmo_{name}", directory).from_pretrained(checkpoint).eval(), args.precision
         )
-    if models["new"].config.max_characters_per_token != tokenizer.max_characters_per_token:
-        raise ValueError(f"{checkpoint}: expected the tokenizer's {tokenizer.max_characters_per_token} characters")
+        for name, root in (("old", args.old_root), ("new", args.new_root))
+    }
+    tokenizer = ElmoTokenizer(max_characters_per_token=models["new"].config.max_characters_per_token)
+    sentences = make_workload(args.n_sent, seed=0)
+    words = sorted({word for sentence in sentences for word in sentence})
+    caches = {
+        name: revision_token_cache(f"elmo_{name}", model, words, tokenizer) if args.token_cache else None
+        for name, model in models.items()
+    }
     modes = {
         "sorted": benchlib.make_batches(sentences, 32, sort=True),
         "unsorted": benchlib.make_batches(sentences, 32, sort=False),
@@ -284,9 +279,7 @@ def main(argv=None):
     print("\n".join(lines[2:]), flush=True)
     summary["report"] = lines
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.with_suffix(".json").write_text(json.dumps({"summary": summary, "rounds": rounds}, indent=1))
-        args.output.with_suffix(".log").write_text("\n".join(lines) + "\n")
+        write_report(args.output, {"summary": summary, "rounds": rounds}, lines)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,11 @@ gives the words/s of the same workloads against an older revision.
 
 import argparse
 import functools
-import json
 import pathlib
 import time
 
 import torch
-from benchmark_utils import PEER_DIR, machine_line, peer_harness, prepare
+from benchmark_utils import PEER_DIR, in_precision, machine_line, peer_harness, prepare, write_report
 
 from elmo_hf import ElmoEmbedder, ElmoModel, ElmoTokenizer, weight_cache
 
@@ -104,14 +103,10 @@ def main(argv=None):
     }
     lines = [f"CPU: {machine_line()}", f"size {args.size}, {args.threads} threads, best of {args.reps}"]
     lines.append(f"{'precision':9s} {'batching':30s} {'checks':>6s} {'check ms':>9s} {'forward ms':>10s} {'share':>6s}")
+    single_sentences = [batch[0] for batch in batches["batch1"]]
     results = {}
     for precision in PRECISIONS:
-        model = ElmoModel.from_pretrained(checkpoint).eval()
-        if precision == "bfloat16":
-            model.to(torch.bfloat16)
-        elif precision == "int8":
-            model.quantize_weights("int8")
-        single_sentences = [batch[0] for batch in batches["batch1"]]
+        model = in_precision(ElmoModel.from_pretrained(checkpoint).eval(), precision)
         runs = {mode: (functools.partial(forwards, model, encoded[mode]), len(encoded[mode])) for mode in encoded}
         runs["batch1, one embedder call"] = (
             functools.partial(ElmoEmbedder(model, tokenizer).embed_sentences, single_sentences, batch_size=1),
@@ -128,9 +123,7 @@ def main(argv=None):
             print(lines[-1], flush=True)
     print("\n".join(lines[:3]))
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.with_suffix(".json").write_text(json.dumps({"report": lines, "results": results}, indent=1))
-        args.output.with_suffix(".log").write_text("\n".join(lines) + "\n")
+        write_report(args.output, {"report": lines, "results": results}, lines)
 
 
 if __name__ == "__main__":

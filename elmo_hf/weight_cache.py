@@ -53,7 +53,7 @@ import torch
 
 # The current forward pass of this thread or task (None outside one); each pass gets a new number.
 _CURRENT_PASS = contextvars.ContextVar("elmo_hf_weight_pass", default=None)
-# True inside `weights_held`: the forward passes within join its pass.
+# True inside a held pass (`weights_held`): the forward passes within join it.
 _HELD = contextvars.ContextVar("elmo_hf_weights_held", default=False)
 # Elements of a weight below float32 converted to float32 at a time for its fingerprint (a 4 MiB buffer).
 _BLOCK_ELEMENTS = 1 << 20
@@ -74,33 +74,25 @@ class _Entry:
 
 
 @contextlib.contextmanager
-def forward_pass():
+def forward_pass(held=False):
     """Within this context each copy is checked at its first use only (the weights do not change during a
-    forward). Nested passes are new passes, except inside `weights_held`, whose pass they join."""
+    forward). Nested passes are new passes, except inside a `held` one, whose pass they join."""
     if _HELD.get():
         yield
         return
-    token = _CURRENT_PASS.set(next(_PASS_NUMBERS))
-    try:
-        yield
-    finally:
-        _CURRENT_PASS.reset(token)
-
-
-@contextlib.contextmanager
-def weights_held():
-    """One forward pass spanning every forward in the block: each copy is checked at its first use in the block
-    only. For library code that runs forwards back to back and runs no caller's code in between (a batch loop),
-    so that nothing can write the weights during the block; never around code that takes a callback."""
-    if _HELD.get():
-        yield
-        return
-    pass_token, held_token = _CURRENT_PASS.set(next(_PASS_NUMBERS)), _HELD.set(True)
+    pass_token, held_token = _CURRENT_PASS.set(next(_PASS_NUMBERS)), _HELD.set(held)
     try:
         yield
     finally:
         _HELD.reset(held_token)
         _CURRENT_PASS.reset(pass_token)
+
+
+def weights_held():
+    """One forward pass spanning every forward in the block: each copy is checked at its first use in the block
+    only. For library code that runs forwards back to back and runs no caller's code in between (a batch loop),
+    so that nothing can write the weights during the block; never around code that takes a callback."""
+    return forward_pass(held=True)
 
 
 def fingerprint(tensor):

