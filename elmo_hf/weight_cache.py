@@ -8,9 +8,9 @@ found through `derived_copy`, and `derived_copy` hands out a copy only under thi
 **A copy is used only if the tensors it was made from have, at the first use of the copy in the current forward
 pass, the same dtype, shape and device as when it was made, and the same content fingerprint.**
 
-The fingerprint (`fingerprint`) is computed from the values themselves: each tensor viewed as a matrix (its last
-dimension the columns) gives the sum of every column, each row weighted by a different factor (`1 + r / rows`), in
-at least float32: one matrix-vector product.
+The fingerprint (`fingerprint`) is computed from the values themselves: the tensor's bytes, read as 64-bit integers
+("words"), summed modulo 2**64 in blocks of 64 words (512 bytes). Integer sums, so no rounding: one pass over the
+memory, as fast as a copy.
 
 Why this is sound:
 
@@ -20,11 +20,13 @@ Why this is sound:
   `assign=True` too), `.to(dtype)` and `.to(device)` round trips (a new storage, possibly at the old address),
   `from_pretrained` into an existing model, and any other writer (NumPy views, collective operations) all change
   the values, and every path reads the values. `requires_grad_` changes no value, and needs no new copy.
-- A change is missed only if it keeps every weighted column sum. For a change of one value: one that rounding of
-  its column's sum absorbs (below about 2^-24 times the column's summed magnitudes, so its effect on the outputs is
-  of that order too). For several: changes that cancel exactly in every column under the row weights. Updates from
-  gradients, averages and copies of other weights do not; a permutation of columns (gates reordered) moves values
-  between sums, and one of rows (directions swapped) changes their weights, so both are seen.
+- Every change of one value is seen, however small: its word changes by some `d`, not 0 modulo 2**64, and so does
+  its block's sum. Changes of several values are missed only where, in every block, their words' changes add up to
+  exactly 0 modulo 2**64. Updates from gradients, averages, casts and copies of other weights have no such relation
+  (for changes unrelated to the block's sum, one block in 2**64 would keep it). The one blind spot is order within a
+  block: whole 8-byte words exchanged inside one 512-byte block. Values exchanged inside a word (two float32, four
+  bfloat16) change it, and values moved between blocks change two sums: reordered gates, swapped directions or rows,
+  and hidden units moved to another block are seen.
 - Nothing is kept from one pass to the next except the copy and the fingerprint it was made from: there is no
   invalidation to remember (no hook, no version counter bumped "where we remember to"), so no writer can be
   forgotten. Within one forward pass (`forward_pass`, opened by `ElmoModel.forward`) the weights are read as
@@ -32,8 +34,7 @@ Why this is sound:
   `weights_held` extends one pass over several forwards for code that runs them back to back with nothing in
   between that could write a weight (`ElmoEmbedder`'s calls: its batches run inside one call, in this thread).
 
-The cost: one read of each weight that has a copy, once per forward pass (one product; weights below float32 are
-converted a block of rows at a time, so no float32 copy of a whole weight is allocated at each check). The copies
+The cost: one read of each weight that has a copy, once per forward pass. The copies
 are read once per word or step, so the check is a small share of a batch's work; for a single short sentence it is
 not (int8 reads the float32 weights it was quantized from), which is why `ElmoEmbedder` runs each call's batches
 inside one `weights_held` block (`benchmarks/RESULTS.md` gives the cost per mode). A call outside any forward pass
@@ -45,7 +46,6 @@ model never meets them.
 
 import contextlib
 import contextvars
-import functools
 import itertools
 import weakref
 
@@ -55,8 +55,9 @@ import torch
 _CURRENT_PASS = contextvars.ContextVar("elmo_hf_weight_pass", default=None)
 # True inside a held pass (`weights_held`): the forward passes within join it.
 _HELD = contextvars.ContextVar("elmo_hf_weights_held", default=False)
-# Elements of a weight below float32 converted to float32 at a time for its fingerprint (a 4 MiB buffer).
-_BLOCK_ELEMENTS = 1 << 20
+# 64-bit words summed together in a fingerprint (512 bytes): at 64, the sums read memory as fast as a copy does, and
+# the fingerprint is 1/64 of the weight's size (at 8 its sums ran 4x slower, at 512 no faster).
+_BLOCK_WORDS = 64
 _PASS_NUMBERS = itertools.count(1)
 
 # owner module -> {key: _Entry}
@@ -96,31 +97,25 @@ def weights_held():
 
 
 def fingerprint(tensor):
-    """The content fingerprint of `tensor`: with `tensor` viewed as a matrix `(rows, columns)` (its last dimension the
-    columns; a 0- or 1-D tensor one row), the sum of each column with row `r` weighted by `1 + r / rows`: one
-    product, `(columns,)`, computed in float32 (float64 for float64 tensors)."""
+    """The content fingerprint of `tensor`: its bytes (in memory order) read as 64-bit integers ("words"), summed
+    modulo 2**64 a block of `_BLOCK_WORDS` words (512 bytes) at a time, followed by the last words and bytes that fill
+    no block, each as it is: `(ceil(bytes / 512) - 1 + tail,)` int64. Integer sums, so exact: any change of a word
+    changes its block's sum."""
     values = tensor.detach()
-    matrix = values.reshape(1, -1) if values.dim() < 2 else values.reshape(-1, values.shape[-1])  # (rows, columns)
-    if matrix.dtype in (torch.float32, torch.float64):
-        return _row_weights(matrix.shape[0], matrix.dtype, matrix.device) @ matrix  # (columns,)
-    # Sums in bfloat16 would round changes away: float32 sums. On a CPU a block of rows is converted at a time, into
-    # one small buffer; a float32 copy of the whole weight would be a new allocation at every check, whose page
-    # faults cost far more than the product (on CUDA the caching allocator reuses memory).
-    row_weights = _row_weights(matrix.shape[0], torch.float32, matrix.device)
-    if matrix.device.type != "cpu":
-        return row_weights @ matrix.float()
-    block_rows = max(1, _BLOCK_ELEMENTS // max(1, matrix.shape[1]))
-    block = torch.empty(min(block_rows, matrix.shape[0]), matrix.shape[1])
-    sums = torch.zeros(matrix.shape[1])
-    for start in range(0, matrix.shape[0], block_rows):
-        rows = matrix[start : start + block_rows]
-        sums.addmv_(block[: rows.shape[0]].copy_(rows).t(), row_weights[start : start + rows.shape[0]])
-    return sums  # (columns,)
-
-
-@functools.lru_cache(maxsize=64)
-def _row_weights(rows, dtype, device):
-    return 1 + torch.arange(rows, dtype=dtype, device=device) / rows  # (rows,), all different
+    try:
+        data = values.contiguous().reshape(-1).view(torch.uint8)
+        words = data[: data.numel() // 8 * 8].view(torch.int64)
+    except RuntimeError:  # a view whose bytes start off an 8-byte boundary: read from an aligned copy
+        data = values.clone().reshape(-1).view(torch.uint8)
+        words = data[: data.numel() // 8 * 8].view(torch.int64)
+    in_blocks = words.numel() // _BLOCK_WORDS * _BLOCK_WORDS
+    return torch.cat(
+        [
+            words[:in_blocks].view(-1, _BLOCK_WORDS).sum(dim=1),  # (blocks,), wrapping modulo 2**64
+            words[in_blocks:],
+            data[words.numel() * 8 :].to(torch.int64),
+        ]
+    )
 
 
 def _describe(tensor):
@@ -128,12 +123,7 @@ def _describe(tensor):
 
 
 def _same(fingerprints, others):
-    """Bit for bit (a weight holding NaN is then equal to itself)."""
-    return all(torch.equal(_bits(a), _bits(b)) for a, b in zip(fingerprints, others))
-
-
-def _bits(values):
-    return values.view(torch.int64 if values.element_size() == 8 else torch.int32)
+    return all(torch.equal(a, b) for a, b in zip(fingerprints, others))
 
 
 def derived_copy(owner, key, sources, build):

@@ -200,15 +200,31 @@ def test_an_embedder_call_checks_each_copy_once_and_the_next_call_sees_new_weigh
         assert abs(new - old).max() > 100 * ATOL
 
 
-def test_a_bfloat16_fingerprint_sees_one_changed_value_in_any_block(monkeypatch):
-    monkeypatch.setattr(weight_cache, "_BLOCK_ELEMENTS", 12)  # blocks of 3 rows of 4 columns
-    weight = torch.randn(10, 4, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
-    expected = weight_cache._row_weights(10, torch.float32, weight.device) @ weight.float()
-    torch.testing.assert_close(weight_cache.fingerprint(weight), expected)
-    for row in range(10):  # the first, middle and last (short) block
-        changed = weight.clone()
-        changed[row, 2] = changed[row, 2] * 2 + 1
-        assert not torch.equal(weight_cache.fingerprint(changed), weight_cache.fingerprint(weight)), row
+def test_a_fingerprint_sees_every_flipped_bit_in_blocks_and_tails(monkeypatch):
+    monkeypatch.setattr(weight_cache, "_BLOCK_WORDS", 2)  # 23 bfloat16: two blocks of two words, one word, 6 bytes
+    weight = torch.randn(23, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    assert weight_cache.fingerprint(weight).shape == (2 + 1 + 6,)
+    original = weight_cache.fingerprint(weight)
+    data = weight.view(torch.uint8)
+    for byte in range(data.numel()):
+        for bit in range(8):
+            changed = data.clone()
+            changed[byte] ^= 1 << bit
+            assert not torch.equal(weight_cache.fingerprint(changed.view(torch.bfloat16)), original), (byte, bit)
+
+
+def test_a_fingerprint_sees_moved_values_and_reads_unaligned_views(monkeypatch):
+    monkeypatch.setattr(weight_cache, "_BLOCK_WORDS", 2)  # blocks of 4 float32
+    weight = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    original = weight_cache.fingerprint(weight)
+    assert not torch.equal(weight_cache.fingerprint(weight[[1, 0, 2, 3]]), original)  # rows swapped
+    assert not torch.equal(weight_cache.fingerprint(weight[:, [1, 0, 2, 3, 4, 5, 6, 7]]), original)  # inside a word
+    assert not torch.equal(weight_cache.fingerprint(weight[:, [4, 1, 2, 3, 0, 5, 6, 7]]), original)  # across blocks
+    # The documented blind spot: whole words exchanged inside one block.
+    assert torch.equal(weight_cache.fingerprint(weight[:, [2, 3, 0, 1, 4, 5, 6, 7]]), original)
+    unaligned = weight.reshape(-1)[1:]  # starts 4 bytes into the storage
+    assert torch.equal(weight_cache.fingerprint(unaligned), weight_cache.fingerprint(unaligned.clone()))
+    assert torch.equal(weight_cache.fingerprint(weight.t()), weight_cache.fingerprint(weight.t().contiguous()))
 
 
 def test_a_trainer_evaluates_the_model_it_saves(tmp_path):
