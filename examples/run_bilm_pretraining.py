@@ -106,6 +106,14 @@ class DataArguments:
     max_train_minutes: float | None = field(
         default=None, metadata={"help": "stop (saving and evaluating first) after this many minutes of training"}
     )
+    decay_within_time_limit: bool = field(
+        default=False,
+        metadata={
+            "help": "with --max_train_minutes and the linear schedule: time the steps up to the end of the warmup "
+            "and shorten the decay to end, and training to stop, when the minutes are up (a time-boxed run on a "
+            "borrowed machine); the shortened schedule is not kept across a resume"
+        },
+    )
 
 
 @dataclass
@@ -306,6 +314,54 @@ class ElmoTimeLimitCallback(TrainerCallback):
         return control
 
 
+class ElmoTimeBoxedDecayCallback(TrainerCallback):
+    """Shortens the linear decay to end when `minutes` of training have passed. The steps from `TIMED_FROM` (past
+    the first steps' start-up costs) to `measure_at` (the end of the warmup, at least `TIMED_FROM + 20`) are timed;
+    the schedule's total becomes the steps that fit in the time left at that pace (at most `--max_steps`), and
+    training stops there. Process 0's clock decides for every process."""
+
+    TIMED_FROM = 5
+
+    def __init__(self, minutes):
+        self.seconds = 60.0 * minutes
+        self.start = self.timed_from = self.measure_at = None
+        self.total_steps = None  # set at `measure_at`
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.time()
+        self.measure_at = max(args.get_warmup_steps(state.max_steps), self.TIMED_FROM + 20)
+
+    def on_step_end(self, args, state, control, lr_scheduler=None, **kwargs):
+        if state.global_step == self.TIMED_FROM:
+            self.timed_from = time.time()
+        elif state.global_step == self.measure_at:
+            now = time.time()
+            seconds_per_step = (now - self.timed_from) / (self.measure_at - self.TIMED_FROM)
+            steps_left = (self.seconds - (now - self.start)) / seconds_per_step
+            total = torch.tensor([state.global_step + steps_left], dtype=torch.float64, device=args.device)
+            if args.world_size > 1:
+                dist.broadcast(total, src=0)
+            self.total_steps = max(state.global_step + 1, min(state.max_steps, int(total.item())))
+            warmup = args.get_warmup_steps(self.total_steps)
+            lr_scheduler.lr_lambdas = [
+                lambda step, total=self.total_steps: linear_decay(step, warmup, total) for _ in lr_scheduler.lr_lambdas
+            ]
+            print(f"decay sized to the time limit: {self.total_steps} steps ({seconds_per_step:.3f} s a step)")
+        if self.total_steps is not None and state.global_step >= self.total_steps:
+            control.should_training_stop = True
+            control.should_save = args.save_strategy != "no"
+            control.should_evaluate = args.eval_strategy != "no"
+        return control
+
+
+def linear_decay(step, warmup, total):
+    """The learning rate's factor at `step` of the linear schedule: up from 0 over `warmup` steps, down to 0 at
+    `total`."""
+    if step < warmup:
+        return step / max(1, warmup)
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
 def parse_filters(value):
     if value in FILTER_PRESETS:
         return FILTER_PRESETS[value]
@@ -422,6 +478,13 @@ def main(argv=None):
     callbacks = [ElmoSaveTokenizerCallback(tokenizer, vocabulary)]
     if data_args.max_train_minutes is not None:
         callbacks.append(ElmoTimeLimitCallback(data_args.max_train_minutes))
+    if data_args.decay_within_time_limit:
+        if data_args.max_train_minutes is None or training_args.lr_scheduler_type != "linear":
+            raise UserInputError(
+                "--decay_within_time_limit: needs --max_train_minutes and --lr_scheduler_type linear, got "
+                f"{data_args.max_train_minutes} minutes and {getattr(training_args.lr_scheduler_type, 'value', '')}"
+            )
+        callbacks.append(ElmoTimeBoxedDecayCallback(data_args.max_train_minutes))
     trainer = ElmoPreTrainingTrainer(
         model=model,
         args=training_args,

@@ -315,6 +315,19 @@ def test_time_limit_stops_training_and_saves(tmp_path):
     assert (tmp_path / "model" / "checkpoint-1" / "vocab.txt").is_file()
 
 
+def test_a_time_boxed_run_decays_the_learning_rate_to_zero_when_the_minutes_are_up(tmp_path, capsys):
+    text = counting_text(tmp_path / "text.txt", sentences=8)
+    common = ["--train_file", text, "--output_dir", tmp_path / "model", "--do_train", "--max_steps", 100_000]
+    common += ["--learning_rate", 1e-3, "--lr_scheduler_type", "linear", "--save_strategy", "no"]
+    trainer = run(*common, "--max_train_minutes", 0.05, "--decay_within_time_limit", "true")
+    total = int(capsys.readouterr().out.split("decay sized to the time limit: ")[1].split()[0])
+    rates = [entry["learning_rate"] for entry in trainer.state.log_history if "learning_rate" in entry]
+    assert 25 < trainer.state.global_step <= total < 100_000
+    assert max(rates) > 0.9e-3 and rates[-1] < 0.25e-3  # without the re-sized decay it would still be ~1e-3
+    with pytest.raises(run_bilm_pretraining.UserInputError, match="needs --max_train_minutes"):
+        run(*common, "--decay_within_time_limit", "true")
+
+
 def test_penn_treebank_splits_are_written_one_sentence_per_line(tmp_path):
     paths = run_bilm_pretraining.write_ptb(tmp_path)
     # Sentences and words of Mikolov's PTB language-model text (its usual counts add one </S> per sentence).

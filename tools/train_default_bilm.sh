@@ -21,23 +21,7 @@ THREADS=${THREADS:-1}              # the run so far: 1 (bit-exact resumes need t
 if [ ! -f "$CORPUS/manifest.json" ]; then
     elmo-hf build-corpus "$CORPUS" --expect
 fi
-python - "$CORPUS" "$MIX" outputs/default-bilm-mix <<'EOF'
-import json
-import os
-import sys
-
-import elmo_hf
-from elmo_hf.corpus_builder import MIXES, manifest_differences, write_mix
-
-corpus, mix, output = sys.argv[1:]
-# A corpus built earlier, by other code, is not the run's corpus: its batches after a resume would differ.
-with open(os.path.join(os.path.dirname(elmo_hf.__file__), "corpus_manifest.json")) as shipped:
-    with open(os.path.join(corpus, "manifest.json")) as built:
-        differences = manifest_differences(json.load(shipped), json.load(built))
-if differences:
-    sys.exit(f"{corpus} is not the corpus of elmo_hf/corpus_manifest.json (rebuild it): " + "; ".join(differences))
-print(write_mix(corpus, MIXES[mix], output))
-EOF
+python tools/write_training_mix.py "$CORPUS" "$MIX" outputs/default-bilm-mix
 
 resume=()
 step=$(ls -d "$STATE"/checkpoint-* 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -n 1 || true)
