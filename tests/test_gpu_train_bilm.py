@@ -20,7 +20,7 @@ def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tm
     for split, lines in (("train", sentences * 20), ("valid", sentences)):
         with lzma.open(data / f"{split}.txt.xz", "wt", encoding="utf-8") as packed:
             packed.write("\n".join(lines) + "\n")
-    settings = dict(MINUTES="0.1", LSTM_DIM="16", PROJECTION_DIM="8", FILTERS="tiny", BATCH="8", WARMUP="5")
+    settings = dict(MINUTES="0.2", LSTM_DIM="16", PROJECTION_DIM="8", FILTERS="tiny", BATCH="8", WARMUP="5")
     settings.update(WORKERS="0", NEGATIVES="4", DEVICE_ARGS="--use_cpu", OMP_NUM_THREADS="1")
     settings.update(GPU_TRAIN_DATA=str(data), GPU_TRAIN_RUN=str(run))  # the text and the work folder, as the device's
     script = REPO_ROOT / "tools" / "gpu_train_bilm.sh"
@@ -40,4 +40,5 @@ def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tm
     packaged = json.loads((run / "packaged" / "eval_results.json").read_text(encoding="utf-8"))
     model, tokenizer, vocabulary = load_language_model(str(joined))
     result = evaluate_perplexity(model, tokenizer, vocabulary, read_sentences(run / "valid-2000.txt"), "stateless", 64)
-    assert result["perplexity"] == pytest.approx(packaged["packaged"]["valid-2000"]["perplexity"], rel=1e-9)
+    # (the script scored it on one thread; this process may use more, and sum in another order)
+    assert result["perplexity"] == pytest.approx(packaged["packaged"]["valid-2000"]["perplexity"], rel=1e-6)

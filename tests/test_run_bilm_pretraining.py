@@ -1,5 +1,6 @@
 """examples/run_bilm_pretraining.py: it learns, resumes exactly, and 2 DDP processes equal one process."""
 
+import itertools
 import json
 import math
 import os
@@ -7,6 +8,7 @@ import random
 import shutil
 import signal
 import subprocess
+import types
 from collections import Counter
 
 import pytest
@@ -315,15 +317,18 @@ def test_time_limit_stops_training_and_saves(tmp_path):
     assert (tmp_path / "model" / "checkpoint-1" / "vocab.txt").is_file()
 
 
-def test_a_time_boxed_run_decays_the_learning_rate_to_zero_when_the_minutes_are_up(tmp_path, capsys):
+def test_a_time_boxed_run_decays_the_learning_rate_to_zero_when_the_minutes_are_up(tmp_path, capsys, monkeypatch):
+    # The script's clock advances 10 ms at each reading (one a step, and a few more): the same steps on any machine.
+    readings = itertools.count()
+    monkeypatch.setattr(run_bilm_pretraining, "time", types.SimpleNamespace(time=lambda: 0.01 * next(readings)))
     text = counting_text(tmp_path / "text.txt", sentences=8)
     common = ["--train_file", text, "--output_dir", tmp_path / "model", "--do_train", "--max_steps", 100_000]
     common += ["--learning_rate", 1e-3, "--lr_scheduler_type", "linear", "--save_strategy", "no"]
-    trainer = run(*common, "--max_train_minutes", 0.05, "--decay_within_time_limit", "true")
+    trainer = run(*common, "--max_train_minutes", 0.05, "--decay_within_time_limit", "true")  # 3 s: about 290 steps
     total = int(capsys.readouterr().out.split("decay sized to the time limit: ")[1].split()[0])
     rates = [entry["learning_rate"] for entry in trainer.state.log_history if "learning_rate" in entry]
-    assert 25 < trainer.state.global_step <= total < 100_000
-    assert max(rates) > 0.9e-3 and rates[-1] < 0.25e-3  # without the re-sized decay it would still be ~1e-3
+    assert 250 < total < 300 and total - 5 <= trainer.state.global_step <= total
+    assert max(rates) > 0.9e-3 and rates[-1] < 0.05e-3  # without the shortened decay it would still be ~1e-3
     with pytest.raises(run_bilm_pretraining.UserInputError, match="needs --max_train_minutes"):
         run(*common, "--decay_within_time_limit", "true")
 
