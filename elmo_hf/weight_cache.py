@@ -101,13 +101,10 @@ def fingerprint(tensor):
     modulo 2**64 a block of `_BLOCK_WORDS` words (512 bytes) at a time, followed by the last words and bytes that fill
     no block, each as it is: `(ceil(bytes / 512) - 1 + tail,)` int64. Integer sums, so exact: any change of a word
     changes its block's sum."""
-    values = tensor.detach()
-    try:
-        data = values.contiguous().reshape(-1).view(torch.uint8)
-        words = data[: data.numel() // 8 * 8].view(torch.int64)
-    except RuntimeError:  # a view whose bytes start off an 8-byte boundary: read from an aligned copy
-        data = values.clone().reshape(-1).view(torch.uint8)
-        words = data[: data.numel() // 8 * 8].view(torch.int64)
+    data = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+    if data.storage_offset() % 8:  # a view whose bytes start off an 8-byte boundary: read from an aligned copy
+        data = data.clone()
+    words = data[: data.numel() // 8 * 8].view(torch.int64)
     in_blocks = words.numel() // _BLOCK_WORDS * _BLOCK_WORDS
     return torch.cat(
         [

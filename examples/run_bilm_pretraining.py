@@ -25,6 +25,7 @@ Without `--vocab_file` (and without a checkpoint that has one) the vocabulary is
 `<S>`, `</S>`, `<UNK>`, then the words by decreasing frequency (ties in alphabetical order), bilm-tf's `vocab.txt`.
 """
 
+import functools
 import json
 import math
 import os
@@ -308,10 +309,15 @@ class ElmoTimeLimitCallback(TrainerCallback):
         if args.world_size > 1:
             dist.broadcast(expired, src=0)
         if expired.item():
-            control.should_training_stop = True
-            control.should_save = args.save_strategy != "no"
-            control.should_evaluate = args.eval_strategy != "no"
+            stop_training(args, control)
         return control
+
+
+def stop_training(args, control):
+    """Ends training after this step, saving and evaluating first where the run saves and evaluates."""
+    control.should_training_stop = True
+    control.should_save = args.save_strategy != "no"
+    control.should_evaluate = args.eval_strategy != "no"
 
 
 class ElmoTimeBoxedDecayCallback(TrainerCallback):
@@ -342,15 +348,13 @@ class ElmoTimeBoxedDecayCallback(TrainerCallback):
             if args.world_size > 1:
                 dist.broadcast(total, src=0)
             self.total_steps = max(state.global_step + 1, min(state.max_steps, int(total.item())))
-            warmup = args.get_warmup_steps(self.total_steps)
-            lr_scheduler.lr_lambdas = [
-                lambda step, total=self.total_steps: linear_decay(step, warmup, total) for _ in lr_scheduler.lr_lambdas
-            ]
+            decay = functools.partial(
+                linear_decay, warmup=args.get_warmup_steps(self.total_steps), total=self.total_steps
+            )
+            lr_scheduler.lr_lambdas = [decay] * len(lr_scheduler.lr_lambdas)
             print(f"decay sized to the time limit: {self.total_steps} steps ({seconds_per_step:.3f} s a step)")
         if self.total_steps is not None and state.global_step >= self.total_steps:
-            control.should_training_stop = True
-            control.should_save = args.save_strategy != "no"
-            control.should_evaluate = args.eval_strategy != "no"
+            stop_training(args, control)
         return control
 
 
