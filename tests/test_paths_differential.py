@@ -58,6 +58,11 @@ TOLERANCE = {
 # Final LSTM states of the low-precision modes, relative to the clips (see the module's docstring); None: held to a
 # new model of the same mode only.
 STATE_TOLERANCE = {("bfloat16", "cpu_kernels"): 0.25, ("int8", "cpu_kernels_int8"): None}
+# Final LSTM states of the float32 paths on the CPU, relative to the clips. No tanh bounds a cell state, so word vectors
+# rounded differently by 1e-7 (the token cache computes its table in another batch) drift further there than in the
+# layers: at most 5.7e-6 over 400 random batches, and once 1.06e-5 in the harness's draws. Stale copies are off by
+# tenths.
+FLOAT32_STATE_TOLERANCE = 1e-4
 # A path's output against a new model of the same mode with the same weights: rounding order only.
 SAME_MODE_TOLERANCE = 1e-6
 # On a CUDA device (the truth stays on the CPU): the graphs capture and replay for real, the fused step is compiled.
@@ -162,10 +167,12 @@ def check_paths(monkeypatch, model, mode, input_ids, states=None, token_cache=No
                 for got, want in zip(state, new_state):
                     assert_near(got, want, SAME_MODE_TOLERANCE, f"{where}, final state against a new {mode} model")
         assert_near(layers.cpu(), expected_layers, tolerance, where)
+        clips = max(1.0, model.config.cell_clip or 0.0, model.config.proj_clip or 0.0)
         state_tolerance, scale = tolerance, 1.0
         if (mode, path) in STATE_TOLERANCE:  # the low-precision modes: against the clips
-            state_tolerance = STATE_TOLERANCE[mode, path]
-            scale = max(1.0, model.config.cell_clip or 0.0, model.config.proj_clip or 0.0)
+            state_tolerance, scale = STATE_TOLERANCE[mode, path], clips
+        elif mode == "float32" and model.device.type == "cpu":
+            state_tolerance, scale = FLOAT32_STATE_TOLERANCE, clips
         for got, want in zip(state, expected_state):
             if state_tolerance is not None:
                 assert_near(got.cpu(), want, state_tolerance, f"{where}, final state", scale=scale)
