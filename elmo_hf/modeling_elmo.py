@@ -860,8 +860,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
             )
         return super().push_to_hub(repo_id, *args, **kwargs)
 
+    # Whether `config.freeze_bilm` applies: a task head's setting. The language model trains its own biLM.
+    _head_over_a_bilm = False
+
     def _apply_frozen_parameters(self):
-        if isinstance(getattr(self, "elmo", None), ElmoModel) and self.config.freeze_bilm:
+        if self._head_over_a_bilm and self.config.freeze_bilm:
             self.elmo.requires_grad_(False)
         for module in self.modules():
             if isinstance(module, ElmoScalarMix):
@@ -1204,6 +1207,8 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
     `config.freeze_bilm=False`.
     """
 
+    _head_over_a_bilm = True
+
     def __init__(self, config):
         super().__init__(config)
         self.num_labels = _check_num_labels(config, "ElmoForTokenClassification")
@@ -1283,6 +1288,8 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
     `config.problem_type` as in transformers: regression (MSE), single-label (cross-entropy) or multi-label
     (binary cross-entropy), guessed from `num_labels` and the labels' dtype when unset.
     """
+
+    _head_over_a_bilm = True
 
     def __init__(self, config):
         super().__init__(config)

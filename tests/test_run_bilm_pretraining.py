@@ -297,6 +297,22 @@ def test_fine_tuning_a_checkpoint_without_softmax_adds_one_over_the_new_vocabula
         assert torch.equal(trainer.model.elmo.state_dict()[name], tensor), name
 
 
+def test_fine_tuning_a_language_model_trains_its_bilm_too(tmp_path):
+    """`freeze_bilm` (True by default) is a task head's setting: a language model loaded with `from_pretrained` and
+    trained again (domain fine-tuning) must train every weight of its biLM, not only its softmax."""
+    text = counting_text(tmp_path / "text.txt", sentences=8)
+    first = run("--train_file", text, "--output_dir", tmp_path / "first", "--do_train", "--max_steps", 1)
+    before = {name: tensor.clone() for name, tensor in first.model.state_dict().items()}
+    tuned = run(
+        *("--model_name_or_path", tmp_path / "first", "--train_file", text, "--output_dir", tmp_path / "tuned"),
+        *("--do_train", "--max_steps", 2, "--learning_rate", 0.01, "--warmup_steps", 0, "--save_strategy", "no"),
+    )
+    assert tuned.model.config.freeze_bilm
+    for name, parameter in tuned.model.named_parameters():
+        assert parameter.requires_grad, name
+        assert not torch.equal(parameter.detach(), before[name]), f"{name} did not change"
+
+
 def test_time_limit_stops_training_and_saves(tmp_path):
     text = counting_text(tmp_path / "text.txt", sentences=8)
     trainer = run(
