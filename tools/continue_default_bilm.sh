@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The second run of the default English biLM (elmo_hf.DEFAULT_MODEL): 12,000 more steps of 64 sentences on the same
+# mix, from the first run's packaged float16 weights (the model that commit 5fbacbc shipped, taken from this clone's
+# history), with a new AdamW state, 100 warm-up steps to 1.5e-3 and a linear decay to 0, one thread, seed 1:
+#
+#     bash tools/continue_default_bilm.sh                # about 80 minutes on one AMD EPYC core
+#     python conversion/package_default_model.py outputs/english-second-run/run \
+#         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
+#
+# Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FIRST_RUN=${FIRST_RUN:-5fbacbc}      # the commit that shipped the first run's model
+CORPUS=${CORPUS:-outputs/corpus}
+OUT=${OUT:-outputs/english-second-run}
+MINUTES=${MINUTES:-150}              # a safety stop only: the run is sized by steps
+
+if [ ! -f "$CORPUS/manifest.json" ]; then
+    elmo-hf build-corpus "$CORPUS" --expect
+fi
+python tools/write_training_mix.py "$CORPUS" lessreligious outputs/default-bilm-mix
+
+start="$OUT/first-run"
+mkdir -p "$start"
+for file in config.json model.safetensors tokenizer_config.json vocab.txt; do
+    git show "$FIRST_RUN:elmo_hf/pretrained/elmo-english-small/$file" > "$start/$file"
+done
+
+resume=()
+step=$(ls -d "$OUT"/run/checkpoint-* 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -n 1 || true)
+if [ -n "$step" ]; then
+    resume=(--resume_from_checkpoint "$OUT/run/checkpoint-$step")
+    echo "resuming from $OUT/run/checkpoint-$step"
+fi
+OMP_NUM_THREADS=1 python examples/run_bilm_pretraining.py --model_name_or_path "$start" \
+    --train_file outputs/default-bilm-mix/train.txt --output_dir "$OUT/run" --do_train \
+    --max_words_per_sentence 80 --train_sampling_strategy group_by_length \
+    --optim adamw_torch --learning_rate 1.5e-3 --weight_decay 0 --warmup_steps 100 --lr_scheduler_type linear \
+    --max_steps 12000 --per_device_train_batch_size 64 --max_grad_norm 1.0 \
+    --save_strategy steps --save_steps 500 --save_total_limit 1 --logging_steps 50 --report_to none \
+    --use_cpu --seed 1 --max_train_minutes "$MINUTES" --disable_tqdm true "${resume[@]}"
