@@ -3,7 +3,8 @@
 # mix, from the first run's packaged float16 weights (the model that commit 5fbacbc shipped, taken from this clone's
 # history), with a new AdamW state, 100 warm-up steps to 1.5e-3 and a linear decay to 0, one thread, seed 1:
 #
-#     bash tools/continue_default_bilm.sh                # about 80 minutes on one AMD EPYC core
+#     bash tools/continue_default_bilm.sh                # not yet timed with the whole biLM training (the softmax
+#                                                        # alone: 82 minutes on one AMD EPYC core)
 #     python conversion/package_default_model.py outputs/english-second-run/run \
 #         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
 #
@@ -16,10 +17,8 @@ CORPUS=${CORPUS:-outputs/corpus}
 OUT=${OUT:-outputs/english-second-run}
 MINUTES=${MINUTES:-150}              # a safety stop only: the run is sized by steps
 
-if [ ! -f "$CORPUS/manifest.json" ]; then
-    elmo-hf build-corpus "$CORPUS" --expect
-fi
-python tools/write_training_mix.py "$CORPUS" lessreligious outputs/default-bilm-mix
+source tools/default_bilm_steps.sh
+write_default_mix "$CORPUS" lessreligious
 
 start="$OUT/first-run"
 mkdir -p "$start"
@@ -27,12 +26,7 @@ for file in config.json model.safetensors tokenizer_config.json vocab.txt; do
     git show "$FIRST_RUN:elmo_hf/pretrained/elmo-english-small/$file" > "$start/$file"
 done
 
-resume=()
-step=$(ls -d "$OUT"/run/checkpoint-* 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -n 1 || true)
-if [ -n "$step" ]; then
-    resume=(--resume_from_checkpoint "$OUT/run/checkpoint-$step")
-    echo "resuming from $OUT/run/checkpoint-$step"
-fi
+resume_from_last "$OUT/run"
 OMP_NUM_THREADS=1 python examples/run_bilm_pretraining.py --model_name_or_path "$start" \
     --train_file outputs/default-bilm-mix/train.txt --output_dir "$OUT/run" --do_train \
     --max_words_per_sentence 80 --train_sampling_strategy group_by_length \

@@ -19,14 +19,10 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from helpers import random_batch, tiny_model  # noqa: E402
+from test_paths_differential import run, truth_model  # noqa: E402  (the harness's own forward and truth)
 
-from elmo_hf import ElmoModel, ElmoTokenCache  # noqa: E402
+from elmo_hf import ElmoTokenCache  # noqa: E402
 from elmo_hf.lstm_paths import lstm_path  # noqa: E402
-
-
-def run(model, input_ids, token_cache=None):
-    output = model(input_ids, output_hidden_states=True, token_cache=token_cache)
-    return torch.stack(output.hidden_states), output.lstm_states
 
 
 def largest_share(got, want, scale):
@@ -42,9 +38,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = tiny_model(seed=args.model_seed)
-    truth = ElmoModel(model.config.__class__.from_dict({**model.config.to_dict(), "lstm_implementation": "reference"}))
-    truth.load_state_dict(model.state_dict())
-    truth.eval()
+    truth = truth_model(model)
     clips = max(1.0, model.config.cell_clip or 0.0, model.config.proj_clip or 0.0)
     shares = {"final states, no token cache": [], "final states, token cache": [], "layers, token cache": []}
     for trial in range(args.trials):
@@ -54,7 +48,7 @@ def main():
             assert lstm_path(model, input_ids, None, 0.0) == "cpu_kernels"
             _, states = run(model, input_ids)
             cache = ElmoTokenCache(model.character_encoder, input_ids.flatten(0, 1)[:5])
-            cached_layers, cached_states = run(model, input_ids, cache)
+            cached_layers, cached_states = run(model, input_ids, token_cache=cache)
         shares["final states, no token cache"].append(largest_share(states, want_states, clips))
         shares["final states, token cache"].append(largest_share(cached_states, want_states, clips))
         shares["layers, token cache"].append(largest_share([cached_layers], [want_layers], 1.0))

@@ -18,18 +18,9 @@ CORPUS=${CORPUS:-outputs/corpus}
 STATE=training/elmo-english-small
 THREADS=${THREADS:-1}              # the run so far: 1 (bit-exact resumes need the same count)
 
-if [ ! -f "$CORPUS/manifest.json" ]; then
-    elmo-hf build-corpus "$CORPUS" --expect
-fi
-python tools/write_training_mix.py "$CORPUS" "$MIX" outputs/default-bilm-mix
-
-resume=()
-step=$(ls -d "$STATE"/checkpoint-* 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -n 1 || true)
-if [ -n "$step" ]; then
-    last="$STATE/checkpoint-$step"
-    resume=(--resume_from_checkpoint "$last")
-    echo "resuming from $last"
-fi
+source tools/default_bilm_steps.sh
+write_default_mix "$CORPUS" "$MIX"
+resume_from_last "$STATE"
 OMP_NUM_THREADS=$THREADS python examples/run_bilm_pretraining.py \
     --train_file outputs/default-bilm-mix/train.txt --output_dir "$STATE" --do_train \
     --filters small --num_highway_layers 1 --max_characters_per_token 50 --lstm_dim 512 --projection_dim 192 \
