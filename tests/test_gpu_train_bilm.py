@@ -8,6 +8,7 @@ import os
 import subprocess
 
 import pytest
+import torch
 from helpers import REPO_ROOT
 
 from elmo_hf.perplexity import evaluate_perplexity, load_language_model, read_sentences
@@ -42,3 +43,24 @@ def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tm
     result = evaluate_perplexity(model, tokenizer, vocabulary, read_sentences(run / "valid-2000.txt"), "stateless", 64)
     # (the script scored it on one thread; this process may use more, and sum in another order)
     assert result["perplexity"] == pytest.approx(packaged["packaged"]["valid-2000"]["perplexity"], rel=1e-6)
+    # CONTINUE=1, the second call on the same machine: a new decay from the first run's model, packaged and joined
+    out_continued, joined_continued = tmp_path / "out-continued", tmp_path / "joined-continued"
+    settings.update(CONTINUE="1", MINUTES="0.1", LEARNING_RATE="1e-3", WARMUP="2", SEED="1")
+    subprocess.run(["bash", script, out_continued], env={**os.environ, **settings}, check=True, capture_output=True)
+    assert "decay sized to the time limit" in (out_continued / "train.log").read_text(encoding="utf-8")
+    subprocess.run(["bash", script, "--join", out_continued, joined_continued], check=True, capture_output=True)
+    continued, _, _ = load_language_model(str(joined_continued))
+    assert continued.config.lstm_dim == model.config.lstm_dim == 16
+    first_weights, continued_weights = model.state_dict(), continued.state_dict()
+    assert first_weights.keys() == continued_weights.keys()
+    assert all(not torch.equal(first_weights[name], continued_weights[name]) for name in first_weights)
+
+
+def test_continuing_without_an_earlier_model_says_so(tmp_path):
+    settings = dict(CONTINUE="1", GPU_TRAIN_RUN=str(tmp_path / "run"), DEVICE_ARGS="--use_cpu")
+    script = REPO_ROOT / "tools" / "gpu_train_bilm.sh"
+    result = subprocess.run(
+        ["bash", script, tmp_path / "out"], env={**os.environ, **settings}, capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert f"CONTINUE=1: no earlier model at {tmp_path / 'run'}/model (a fresh machine?)" in result.stderr

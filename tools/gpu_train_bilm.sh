@@ -6,6 +6,8 @@
 #
 #   bash tools/gpu_train_bilm.sh --prepare          # here, once: .gpu-train/ (git-ignored), the mix xz-compressed
 #   bash tools/gpu_train_bilm.sh "$OUT"             # on the device, carrying .gpu-train (timeout_s 600)
+#   CONTINUE=1 MINUTES=2.6 LEARNING_RATE=1e-3 WARMUP=50 SEED=1 bash tools/gpu_train_bilm.sh "$OUT"
+#                                                   # on the same warm device: a second decay from the first run's end
 #   bash tools/gpu_train_bilm.sh --join FILES_AT elmo_hf/pretrained/NAME   # here: the packaged model, reassembled
 #
 # The device command: `bash tools/gpu_train_bilm.sh $OUT` with carry [".gpu-train"]. It writes to OUT: train.log
@@ -13,8 +15,10 @@
 # vocab.txt and model.safetensors.part-aa, -ab, ... Settings (environment): MINUTES of training (7: about 9 minutes
 # for the whole call with start-up, vocabulary and packaging), LSTM_DIM (1024), PROJECTION_DIM (256), FILTERS
 # (small), BATCH (512 sentences), LEARNING_RATE (3e-3), WARMUP (100 steps), NEGATIVES (1024 sampled), WORKERS (8
-# data-loading processes), DEVICE_ARGS ("--tf32 true"; "--use_cpu" for a trial on a CPU), MIX (lessreligious, for
-# --prepare).
+# data-loading processes), SEED (0), DEVICE_ARGS ("--tf32 true"; "--use_cpu" for a trial on a CPU), MIX
+# (lessreligious, for --prepare). CONTINUE=1 starts from the last call's model (its shape and vocabulary; the shape
+# settings are then unused) with a new optimizer and schedule, and writes $RUN/continued; the text is not unpacked
+# again, and the packaging skips the validation perplexity (the next step here computes it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${GPU_TRAIN_DATA:-.gpu-train}  # (a test points it elsewhere)
@@ -62,33 +66,48 @@ LEARNING_RATE=${LEARNING_RATE:-3e-3}
 WORKERS=${WORKERS:-8}
 NEGATIVES=${NEGATIVES:-1024}
 WARMUP=${WARMUP:-100}
+SEED=${SEED:-0}
 DEVICE_ARGS=${DEVICE_ARGS:---tf32 true}
 RUN=${GPU_TRAIN_RUN:-/tmp/gpu-bilm}
+if [ -n "${CONTINUE:-}" ] && [ ! -d "$RUN/model" ]; then
+    echo "CONTINUE=1: no earlier model at $RUN/model (a fresh machine?)" >&2
+    exit 1
+fi
 mkdir -p "$OUT" "$RUN"
 exec > >(tee -a "$OUT/train.log") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 echo "== $(date +%T) $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo 'no GPU')"
-python -c "
+if [ -n "${CONTINUE:-}" ]; then
+    model_args=(--model_name_or_path "$RUN/model")
+    trained="$RUN/continued"
+else
+    python -c "
 import lzma, shutil, sys
 for split in ('train', 'valid'):
     with lzma.open(f'$DATA/{split}.txt.xz') as packed, open(f'$RUN/{split}.txt', 'wb') as text:
         shutil.copyfileobj(packed, text)
 "
+    model_args=(--filters "$FILTERS" --num_highway_layers 1 --max_characters_per_token 50 --lstm_dim "$LSTM_DIM"
+        --projection_dim "$PROJECTION_DIM" --num_lstm_layers 2 --max_vocab_size 20000)
+    trained="$RUN/model"
+fi
 # shellcheck disable=SC2086
-python examples/run_bilm_pretraining.py --train_file "$RUN/train.txt" --output_dir "$RUN/model" --do_train \
-    --filters "$FILTERS" --num_highway_layers 1 --max_characters_per_token 50 --lstm_dim "$LSTM_DIM" \
-    --projection_dim "$PROJECTION_DIM" --num_lstm_layers 2 --num_sampled_negatives "$NEGATIVES" \
-    --pretraining_dropout 0.15 \
-    --max_vocab_size 20000 --max_words_per_sentence 80 --train_sampling_strategy group_by_length \
+python examples/run_bilm_pretraining.py --train_file "$RUN/train.txt" --output_dir "$trained" --do_train \
+    "${model_args[@]}" --num_sampled_negatives "$NEGATIVES" --pretraining_dropout 0.15 \
+    --max_words_per_sentence 80 --train_sampling_strategy group_by_length \
     --optim adamw_torch --learning_rate "$LEARNING_RATE" --weight_decay 0 --warmup_steps "$WARMUP" \
     --lr_scheduler_type linear --max_steps 1000000 --max_train_minutes "$MINUTES" --decay_within_time_limit true \
     --per_device_train_batch_size "$BATCH" --max_grad_norm 1.0 --dataloader_num_workers "$WORKERS" \
-    --save_strategy no --logging_steps 50 --report_to none --disable_tqdm true --seed 0 $DEVICE_ARGS
+    --save_strategy no --logging_steps 50 --report_to none --disable_tqdm true --seed "$SEED" $DEVICE_ARGS
 echo "== $(date +%T) packaging"
-head -n 2000 "$RUN/valid.txt" > "$RUN/valid-2000.txt"  # the perplexity of the first 2,000 validation sentences
-python conversion/package_default_model.py "$RUN/model" --output-dir "$RUN/packaged" \
-    --evaluate valid-2000="$RUN/valid-2000.txt"
-cat "$RUN/packaged/eval_results.json"
+if [ -n "${CONTINUE:-}" ]; then
+    python conversion/package_default_model.py "$trained" --output-dir "$RUN/packaged"
+else
+    head -n 2000 "$RUN/valid.txt" > "$RUN/valid-2000.txt"  # the perplexity of the first 2,000 validation sentences
+    python conversion/package_default_model.py "$trained" --output-dir "$RUN/packaged" \
+        --evaluate valid-2000="$RUN/valid-2000.txt"
+    cat "$RUN/packaged/eval_results.json"
+fi
 cp "$RUN/packaged"/config.json "$RUN/packaged"/tokenizer_config.json "$RUN/packaged"/vocab.txt "$OUT"/
 split -b 15000000 "$RUN/packaged/model.safetensors" "$OUT/model.safetensors.part-"
 echo "== $(date +%T) done"
