@@ -13,6 +13,8 @@ from helpers import REPO_ROOT
 
 from elmo_hf.perplexity import evaluate_perplexity, load_language_model, read_sentences
 
+SCRIPT = REPO_ROOT / "tools" / "gpu_train_bilm.sh"
+
 
 def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tmp_path):
     data, out, run = tmp_path / "data", tmp_path / "out", tmp_path / "run"
@@ -24,8 +26,7 @@ def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tm
     settings = dict(MINUTES="0.2", LSTM_DIM="16", PROJECTION_DIM="8", FILTERS="tiny", BATCH="8", WARMUP="5")
     settings.update(WORKERS="0", NEGATIVES="4", DEVICE_ARGS="--use_cpu", OMP_NUM_THREADS="1")
     settings.update(GPU_TRAIN_DATA=str(data), GPU_TRAIN_RUN=str(run))  # the text and the work folder, as the device's
-    script = REPO_ROOT / "tools" / "gpu_train_bilm.sh"
-    subprocess.run(["bash", script, out], env={**os.environ, **settings}, check=True, capture_output=True)
+    subprocess.run(["bash", SCRIPT, out], env={**os.environ, **settings}, check=True, capture_output=True)
     log = (out / "train.log").read_text(encoding="utf-8")
     assert "decay sized to the time limit" in log and " done\n" in log
     assert sorted(path.name for path in out.iterdir() if not path.name.startswith("model.")) == [
@@ -37,7 +38,7 @@ def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tm
     pieces = sorted(out.glob("model.safetensors.part-*"))
     assert pieces and all(piece.stat().st_size <= 15_000_000 for piece in pieces)
     joined = tmp_path / "joined"
-    subprocess.run(["bash", script, "--join", out, joined], check=True, capture_output=True)
+    subprocess.run(["bash", SCRIPT, "--join", out, joined], check=True, capture_output=True)
     packaged = json.loads((run / "packaged" / "eval_results.json").read_text(encoding="utf-8"))
     model, tokenizer, vocabulary = load_language_model(str(joined))
     result = evaluate_perplexity(model, tokenizer, vocabulary, read_sentences(run / "valid-2000.txt"), "stateless", 64)
@@ -46,9 +47,9 @@ def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tm
     # CONTINUE=1, the second call on the same machine: a new decay from the first run's model, packaged and joined
     out_continued, joined_continued = tmp_path / "out-continued", tmp_path / "joined-continued"
     settings.update(CONTINUE="1", MINUTES="0.1", LEARNING_RATE="1e-3", WARMUP="2", SEED="1")
-    subprocess.run(["bash", script, out_continued], env={**os.environ, **settings}, check=True, capture_output=True)
+    subprocess.run(["bash", SCRIPT, out_continued], env={**os.environ, **settings}, check=True, capture_output=True)
     assert "decay sized to the time limit" in (out_continued / "train.log").read_text(encoding="utf-8")
-    subprocess.run(["bash", script, "--join", out_continued, joined_continued], check=True, capture_output=True)
+    subprocess.run(["bash", SCRIPT, "--join", out_continued, joined_continued], check=True, capture_output=True)
     continued, _, _ = load_language_model(str(joined_continued))
     assert continued.config.lstm_dim == model.config.lstm_dim == 16
     first_weights, continued_weights = model.state_dict(), continued.state_dict()
@@ -58,9 +59,8 @@ def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tm
 
 def test_continuing_without_an_earlier_model_says_so(tmp_path):
     settings = dict(CONTINUE="1", GPU_TRAIN_RUN=str(tmp_path / "run"), DEVICE_ARGS="--use_cpu")
-    script = REPO_ROOT / "tools" / "gpu_train_bilm.sh"
     result = subprocess.run(
-        ["bash", script, tmp_path / "out"], env={**os.environ, **settings}, capture_output=True, text=True
+        ["bash", SCRIPT, tmp_path / "out"], env={**os.environ, **settings}, capture_output=True, text=True
     )
     assert result.returncode == 1
     assert f"CONTINUE=1: no earlier model at {tmp_path / 'run'}/model (a fresh machine?)" in result.stderr

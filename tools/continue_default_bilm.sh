@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# The second run of the default English biLM (elmo_hf.DEFAULT_MODEL): 12,000 more steps of 64 sentences on the same
+# The second run of the default English biLM (elmo_hf.DEFAULT_MODEL): STEPS more steps of 64 sentences on the same
 # mix, from the first run's packaged float16 weights (the model that commit 5fbacbc shipped, taken from this clone's
-# history), with a new AdamW state, 100 warm-up steps to 1.5e-3 and a linear decay to 0, one thread, seed 1:
+# history), with a new AdamW state, 100 warm-up steps to 1.5e-3 and a linear decay to 0, seed 1. The shipped model:
 #
-#     bash tools/continue_default_bilm.sh                # not yet timed with the whole biLM training (the softmax
-#                                                        # alone: 82 minutes on one AMD EPYC core)
+#     STEPS=4000 THREADS=2 bash tools/continue_default_bilm.sh   # 38 minutes on two AMD EPYC threads
 #     python conversion/package_default_model.py outputs/english-second-run/run \
 #         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
 #
