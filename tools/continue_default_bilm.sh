@@ -8,7 +8,8 @@
 #         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
-# resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps).
+# resumes. FIRST_RUN (a commit) picks the packaged model to start from, LEARNING_RATE (1.5e-3) the peak rate and SEED
+# (1) the data order and dropout: a further run starts from a later commit's model with another seed. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,8 @@ OUT=${OUT:-outputs/english-second-run}
 MINUTES=${MINUTES:-150}              # a safety stop only: the run is sized by steps
 STEPS=${STEPS:-12000}                # the linear decay ends here
 THREADS=${THREADS:-1}                # bit-exact resumes need the same count
+LEARNING_RATE=${LEARNING_RATE:-1.5e-3}
+SEED=${SEED:-1}
 
 source tools/default_bilm_steps.sh
 write_default_mix "$CORPUS" lessreligious
@@ -32,7 +35,7 @@ resume_from_last "$OUT/run"
 OMP_NUM_THREADS=$THREADS python examples/run_bilm_pretraining.py --model_name_or_path "$start" \
     --train_file outputs/default-bilm-mix/train.txt --output_dir "$OUT/run" --do_train \
     --max_words_per_sentence 80 --train_sampling_strategy group_by_length \
-    --optim adamw_torch --learning_rate 1.5e-3 --weight_decay 0 --warmup_steps 100 --lr_scheduler_type linear \
+    --optim adamw_torch --learning_rate "$LEARNING_RATE" --weight_decay 0 --warmup_steps 100 --lr_scheduler_type linear \
     --max_steps "$STEPS" --per_device_train_batch_size 64 --max_grad_norm 1.0 \
     --save_strategy steps --save_steps 500 --save_total_limit 1 --logging_steps 50 --report_to none \
-    --use_cpu --seed 1 --max_train_minutes "$MINUTES" --disable_tqdm true "${resume[@]}"
+    --use_cpu --seed "$SEED" --max_train_minutes "$MINUTES" --disable_tqdm true "${resume[@]}"
