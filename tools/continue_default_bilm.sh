@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The second run of the default English biLM (elmo_hf.DEFAULT_MODEL): STEPS more steps of 64 sentences on the same
-# mix, from the first run's packaged float16 weights (the model that commit 5fbacbc shipped, taken from this clone's
-# history), with a new AdamW state, 100 warm-up steps to 1.5e-3 and a linear decay to 0, seed 1. The shipped model:
+# Continued runs of the default English biLM (elmo_hf.DEFAULT_MODEL): STEPS more steps of 64 sentences on the same
+# mix, from a packaged float16 model taken from this clone's history (FIRST_RUN, a commit: by default 5fbacbc, which
+# shipped the first run), with a new AdamW state, 100 warm-up steps to LEARNING_RATE (1.5e-3) and a linear decay to 0,
+# batches in the order that SEED (1) draws. The shipped model is the third run:
 #
-#     STEPS=4000 THREADS=2 bash tools/continue_default_bilm.sh   # 38 minutes on two AMD EPYC threads
-#     python conversion/package_default_model.py outputs/english-second-run/run \
+#     STEPS=4000 THREADS=2 bash tools/continue_default_bilm.sh   # the second run: 38 minutes on two AMD EPYC threads
+#     FIRST_RUN=e164203 STEPS=5500 THREADS=2 LEARNING_RATE=1e-3 SEED=2 OUT=outputs/english-third-run \
+#         bash tools/continue_default_bilm.sh                   # the third run, from the second's model: 52 minutes
+#     python conversion/package_default_model.py outputs/english-third-run/run \
 #         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
-# resumes. FIRST_RUN (a commit) picks the packaged model to start from, LEARNING_RATE (1.5e-3) the peak rate and SEED
-# (1) the data order and dropout: a further run starts from a later commit's model with another seed. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps).
+# resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-FIRST_RUN=${FIRST_RUN:-5fbacbc}      # the commit that shipped the first run's model
+FIRST_RUN=${FIRST_RUN:-5fbacbc}      # the commit whose shipped model the run starts from
 CORPUS=${CORPUS:-outputs/corpus}
 OUT=${OUT:-outputs/english-second-run}
 MINUTES=${MINUTES:-150}              # a safety stop only: the run is sized by steps
