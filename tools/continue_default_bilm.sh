@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Continued runs of the default English biLM (elmo_hf.DEFAULT_MODEL): STEPS more steps of 64 sentences on the same
-# mix, from a packaged float16 model taken from this clone's history (FIRST_RUN, a commit: by default 5fbacbc, which
+# mix, from a packaged float16 model taken from this clone's history (START_COMMIT, a commit: by default 5fbacbc, which
 # shipped the first run), with a new AdamW state, 100 warm-up steps to LEARNING_RATE (1.5e-3) and a linear decay to 0,
 # batches in the order that SEED (1) draws. The shipped model is the third run:
 #
 #     STEPS=4000 THREADS=2 bash tools/continue_default_bilm.sh   # the second run: 38 minutes on two AMD EPYC threads
-#     FIRST_RUN=e164203 STEPS=5500 THREADS=2 LEARNING_RATE=1e-3 SEED=2 OUT=outputs/english-third-run \
+#     START_COMMIT=e164203 STEPS=5500 THREADS=2 LEARNING_RATE=1e-3 SEED=2 OUT=outputs/english-third-run \
 #         bash tools/continue_default_bilm.sh                   # the third run, from the second's model: 52 minutes
 #     python conversion/package_default_model.py outputs/english-third-run/run \
 #         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-FIRST_RUN=${FIRST_RUN:-5fbacbc}      # the commit whose shipped model the run starts from
+START_COMMIT=${START_COMMIT:-5fbacbc} # the commit whose shipped model the run starts from
 CORPUS=${CORPUS:-outputs/corpus}
 OUT=${OUT:-outputs/english-second-run}
 MINUTES=${MINUTES:-150}              # a safety stop only: the run is sized by steps
@@ -27,10 +27,10 @@ SEED=${SEED:-1}
 source tools/default_bilm_steps.sh
 write_default_mix "$CORPUS" lessreligious
 
-start="$OUT/first-run"
+start="$OUT/start"
 mkdir -p "$start"
 for file in config.json model.safetensors tokenizer_config.json vocab.txt; do
-    git show "$FIRST_RUN:elmo_hf/pretrained/elmo-english-small/$file" > "$start/$file"
+    git show "$START_COMMIT:elmo_hf/pretrained/elmo-english-small/$file" > "$start/$file"
 done
 
 resume_from_last "$OUT/run"
