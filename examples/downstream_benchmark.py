@@ -278,7 +278,7 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
             **bilm_config.to_dict(),
             "num_labels": num_labels,
             "freeze_bilm": True,
-            "task_encoder_layers": 1,
+            "task_encoder_layers": args.task_layers,
             "task_encoder_hidden_size": args.task_hidden_size,
             "use_output_elmo": False,
             "use_bilm_token_layer": args.token_layer_in_x_k or task_words is None,
@@ -627,6 +627,7 @@ def main(argv=None):
     parser.add_argument("--probe-epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--task-hidden-size", type=int, default=128, help="the task biLSTM's size per direction")
+    parser.add_argument("--task-layers", type=int, default=1, help="the task biLSTM's layers")
     parser.add_argument("--max-examples", type=int, help="use only the first N examples of every split (a slice)")
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(DEFAULT_ROWS))
     parser.add_argument(

@@ -124,7 +124,7 @@ def test_a_row_reports_the_test_accuracy_of_its_epoch_best_on_dev(monkeypatch):
     assert (last.best["dev"], last.best["test"], last.best["epoch"]) == (0.60, 0.99, 3)  # --no-epoch-on-dev
 
 
-def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, capsys, one_thread):
+def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, capsys, one_thread, monkeypatch):
     model_dir = tmp_path / "bilm"
     model = tiny_model()
     model.save_pretrained(model_dir)
@@ -182,13 +182,24 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
     assert "| 50% |" in table and "| learned layer weights" in table
     assert (tmp_path / "out" / "layer_weights.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    # Only a share of the tags, given at least 4 updates: 3 sentences are one batch, so 4 epochs instead of 2.
+    # Only a share of the tags, given at least 4 updates: 3 sentences are one batch, so 4 epochs instead of 2; with a
+    # two-layer task biLSTM, which every head built must have.
+    built_heads = []
+    head_class = downstream_benchmark.ElmoForTokenClassification
+
+    def build_and_keep(config):
+        built_heads.append(head_class(config))
+        return built_heads[-1]
+
+    monkeypatch.setattr(downstream_benchmark, "ElmoForTokenClassification", build_and_keep)
     common = ["--model", str(model_dir), "--data-dir", str(data_dir), "--task-hidden-size", "8", "--seeds", "0"]
     small = downstream_benchmark.main(
         [*common, "--output-dir", str(tmp_path / "small"), "--tasks", "pos", "--pos-epochs", "2", "--no-epoch-on-dev"]
-        + ["--fractions", "0.5", "--fractions-only", "--min-updates", "4", "--probe-epochs", "1"]
+        + ["--fractions", "0.5", "--fractions-only", "--min-updates", "4", "--probe-epochs", "1", "--task-layers", "2"]
     )
     assert small["tasks"]["pos"]["rows"] == {} and small["tasks"]["pos"]["fractions"]["0.5"]["all"]["epochs"] == [4]
+    assert len(built_heads) == 3  # the rows without ELMo, with the token layer, with ELMo
+    assert {(head.task_encoder.lstm.num_layers, head.task_encoder.lstm.hidden_size) for head in built_heads} == {(2, 8)}
     table = capsys.readouterr().out
     assert "| 50% |" in table and "| task (metric)" not in table  # no empty table of the rows on all the data
 
