@@ -2,7 +2,7 @@
 # Continued runs of the default English biLM (elmo_hf.DEFAULT_MODEL): STEPS more steps of 64 sentences on the same
 # mix, from a packaged float16 model taken from this clone's history (START_COMMIT, a commit: by default 5fbacbc, which
 # shipped the first run), with a new AdamW state, 100 warm-up steps to LEARNING_RATE (1.5e-3) and a linear decay to 0,
-# batches in the order that SEED (1) draws. The shipped model is the fifth run:
+# batches in the order that SEED (1) draws. The shipped model is the sixth run:
 #
 #     STEPS=4000 THREADS=2 bash tools/continue_default_bilm.sh   # the second run: 38 minutes on two AMD EPYC threads
 #     START_COMMIT=e164203 STEPS=5500 THREADS=2 LEARNING_RATE=1e-3 SEED=2 OUT=outputs/english-third-run \
@@ -11,7 +11,9 @@
 #         bash tools/continue_default_bilm.sh                   # the fourth run, from the third's model: 59 minutes
 #     START_COMMIT=87d971c STEPS=6000 THREADS=2 LEARNING_RATE=1e-3 SEED=4 OUT=outputs/english-fifth-run \
 #         bash tools/continue_default_bilm.sh                   # the fifth run, from the fourth's model: 56 minutes
-#     python conversion/package_default_model.py outputs/english-fifth-run/run \
+#     START_COMMIT=10273e8 STEPS=6000 THREADS=2 LEARNING_RATE=1e-3 SEED=5 OUT=outputs/english-sixth-run \
+#         bash tools/continue_default_bilm.sh                   # the sixth run, from the fifth's model: 57 minutes
+#     python conversion/package_default_model.py outputs/english-sixth-run/run \
 #         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
