@@ -6,6 +6,7 @@ import json
 import lzma
 import os
 import subprocess
+import tarfile
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from helpers import REPO_ROOT
 from elmo_hf.perplexity import evaluate_perplexity, load_language_model, read_sentences
 
 SCRIPT = REPO_ROOT / "tools" / "gpu_train_bilm.sh"
+VARIANTS_SCRIPT = REPO_ROOT / "tools" / "gpu_continue_default_bilm.sh"
 
 
 def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tmp_path):
@@ -55,6 +57,32 @@ def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tm
     first_weights, continued_weights = model.state_dict(), continued.state_dict()
     assert first_weights.keys() == continued_weights.keys()
     assert all(not torch.equal(first_weights[name], continued_weights[name]) for name in first_weights)
+    # tools/gpu_continue_default_bilm.sh on a fresh machine: runs from a packaged model (START_MODEL) side by side, one
+    # with the full softmax, each variant's output in one tar
+    out_variants, work = tmp_path / "out-variants", tmp_path / "work"
+    settings.pop("CONTINUE")
+    settings.update(START_MODEL=str(joined), VARIANTS="sampled:8:4:1e-3 full:8:0:1e-3", TESTS="0", WORKERS="0")
+    settings.update(GPU_CONTINUE_WORK=str(work))
+    subprocess.run(["bash", VARIANTS_SCRIPT, out_variants], env={**os.environ, **settings}, check=True)
+    assert sorted(path.name for path in out_variants.iterdir()) == [
+        "full.log",
+        "full.tar",
+        "sampled.log",
+        "sampled.tar",
+        "session.log",
+    ]
+    for name, negatives in (("sampled", 4), ("full", 0)):
+        unpacked = tmp_path / name
+        unpacked.mkdir()
+        with tarfile.open(out_variants / f"{name}.tar") as packed:
+            packed.extractall(unpacked, filter="data")
+        subprocess.run(["bash", SCRIPT, "--join", unpacked, tmp_path / f"joined-{name}"], check=True)
+        variant, _, _ = load_language_model(str(tmp_path / f"joined-{name}"))
+        assert variant.config.num_sampled_negatives == negatives
+        variant_weights = variant.state_dict()
+        assert all(not torch.equal(first_weights[key], variant_weights[key]) for key in first_weights)
+        evaluated = json.loads((work / name / "packaged" / "eval_results.json").read_text(encoding="utf-8"))
+        assert evaluated["packaged"]["valid-2000"]["perplexity"] > 1
 
 
 def test_continuing_without_an_earlier_model_says_so(tmp_path):

@@ -17,8 +17,9 @@
 # (small), BATCH (512 sentences), LEARNING_RATE (3e-3), WARMUP (100 steps), NEGATIVES (1024 sampled), WORKERS (8
 # data-loading processes), SEED (0), DEVICE_ARGS ("--tf32 true"; "--use_cpu" for a trial on a CPU), MIX
 # (lessreligious, for --prepare). CONTINUE=1 starts from the last call's model (its shape and vocabulary; the shape
-# settings are then unused) with a new optimizer and schedule, and writes $RUN/continued; the text is not unpacked
-# again, and the packaging skips the validation perplexity (the next step here computes it).
+# settings are then unused) with a new optimizer and schedule, and writes $RUN/continued. START_MODEL=DIR does the
+# same from a packaged model (the shipped one, say) on a fresh machine: its shape and vocabulary, the text unpacked.
+# NEGATIVES=0 trains with the full softmax (what perplexity measures; on a GPU it costs little at this vocabulary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${GPU_TRAIN_DATA:-.gpu-train}  # (a test points it elsewhere)
@@ -77,16 +78,22 @@ mkdir -p "$OUT" "$RUN"
 exec > >(tee -a "$OUT/train.log") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 echo "== $(date +%T) $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo 'no GPU')"
-if [ -n "${CONTINUE:-}" ]; then
-    model_args=(--model_name_or_path "$RUN/model")
-    trained="$RUN/continued"
-else
+if [ ! -f "$RUN/valid.txt" ]; then
     python -c "
 import lzma, shutil, sys
 for split in ('train', 'valid'):
     with lzma.open(f'$DATA/{split}.txt.xz') as packed, open(f'$RUN/{split}.txt', 'wb') as text:
         shutil.copyfileobj(packed, text)
 "
+fi
+START=${START_MODEL:-}
+if [ -n "${CONTINUE:-}" ]; then
+    START=$RUN/model
+fi
+if [ -n "$START" ]; then
+    model_args=(--model_name_or_path "$START")
+    trained="$RUN/continued"
+else
     model_args=(--filters "$FILTERS" --num_highway_layers 1 --max_characters_per_token 50 --lstm_dim "$LSTM_DIM"
         --projection_dim "$PROJECTION_DIM" --num_lstm_layers 2 --max_vocab_size 20000)
     trained="$RUN/model"
@@ -100,14 +107,10 @@ python examples/run_bilm_pretraining.py --train_file "$RUN/train.txt" --output_d
     --per_device_train_batch_size "$BATCH" --max_grad_norm 1.0 --dataloader_num_workers "$WORKERS" \
     --save_strategy no --logging_steps 50 --report_to none --disable_tqdm true --seed "$SEED" $DEVICE_ARGS
 echo "== $(date +%T) packaging"
-if [ -n "${CONTINUE:-}" ]; then
-    python conversion/package_default_model.py "$trained" --output-dir "$RUN/packaged"
-else
-    head -n 2000 "$RUN/valid.txt" > "$RUN/valid-2000.txt"  # the perplexity of the first 2,000 validation sentences
-    python conversion/package_default_model.py "$trained" --output-dir "$RUN/packaged" \
-        --evaluate valid-2000="$RUN/valid-2000.txt"
-    cat "$RUN/packaged/eval_results.json"
-fi
+head -n 2000 "$RUN/valid.txt" > "$RUN/valid-2000.txt"  # the perplexity of the first 2,000 validation sentences
+python conversion/package_default_model.py "$trained" --output-dir "$RUN/packaged" \
+    --evaluate valid-2000="$RUN/valid-2000.txt"
+cat "$RUN/packaged/eval_results.json"
 cp "$RUN/packaged"/config.json "$RUN/packaged"/tokenizer_config.json "$RUN/packaged"/vocab.txt "$OUT"/
 split -b 15000000 "$RUN/packaged/model.safetensors" "$OUT/model.safetensors.part-"
 echo "== $(date +%T) done"
