@@ -2,7 +2,8 @@
 # Continued runs of the default English biLM (elmo_hf.DEFAULT_MODEL): STEPS more steps of 64 sentences on the same
 # mix, from a packaged float16 model taken from this clone's history (START_COMMIT, a commit: by default 5fbacbc, which
 # shipped the first run), with a new AdamW state, 100 warm-up steps to LEARNING_RATE (1.5e-3) and a linear decay to 0,
-# batches in the order that SEED (1) draws. The shipped model is the sixth run:
+# batches in the order that SEED (1) draws. The sixth run is where the shipped model's last run (tools/gpu_train_bilm.sh
+# with START_MODEL, on a GPU) started:
 #
 #     STEPS=4000 THREADS=2 bash tools/continue_default_bilm.sh   # the second run: 38 minutes on two AMD EPYC threads
 #     START_COMMIT=e164203 STEPS=5500 THREADS=2 LEARNING_RATE=1e-3 SEED=2 OUT=outputs/english-third-run \
