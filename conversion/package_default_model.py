@@ -25,8 +25,10 @@ STORAGE_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32
 WRITTEN_FILES = ("config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt")
 
 
-def package(checkpoint, output_dir, storage_dtype="float16"):
-    """Writes the packaged model to `output_dir`; returns the number of parameters."""
+def package(checkpoint, output_dir, storage_dtype="float16", num_sampled_negatives=None):
+    """Writes the packaged model to `output_dir`; returns the number of parameters. `num_sampled_negatives`, when
+    given, replaces the checkpoint's training setting in the packaged config: what further training of the packaged
+    model draws (a run with the full softmax, 0, from a model that ships with a sampled one keeps the model's)."""
     if storage_dtype not in STORAGE_DTYPES:
         raise UserInputError(
             f"--storage-dtype: storage_dtype must be one of {sorted(STORAGE_DTYPES)}, got {storage_dtype!r}"
@@ -49,6 +51,13 @@ def package(checkpoint, output_dir, storage_dtype="float16"):
     for key in ("auto_map", "id2label", "label2id", "_name_or_path"):
         config.pop(key, None)
     config["dtype"] = "float32"  # compute dtype: from_pretrained upcasts the stored weights
+    if num_sampled_negatives is not None:
+        if not 0 <= num_sampled_negatives <= model.config.vocab_size:
+            raise UserInputError(
+                f"--num-sampled-negatives: must be 0 (the full softmax) to vocab_size ({model.config.vocab_size}), "
+                f"got {num_sampled_negatives!r}"
+            )
+        config["num_sampled_negatives"] = num_sampled_negatives
     config["architectures"] = [ElmoForPreTraining.__name__]
     with open(os.path.join(output_dir, "config.json"), "w", encoding="utf-8") as out:
         out.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -94,13 +103,18 @@ def main(argv=None):
         help="e.g. valid=outputs/ptb/corpus/valid.txt test=outputs/ptb/corpus/test.txt",
     )
     parser.add_argument("--test-subset", type=int, help="also evaluate the first N sentences of the test text")
+    parser.add_argument(
+        "--num-sampled-negatives",
+        type=int,
+        help="the sampled softmax's negatives in the packaged config, for further training (default: the checkpoint's)",
+    )
     add_debug_argument(parser)
     args = parser.parse_args(argv)
     texts = dict(item.split("=", 1) for item in args.evaluate)
     if args.test_subset and "test" not in texts:
         parser.error("--test-subset needs a text named test in --evaluate")
     with reported_as_one_line(args.debug):
-        parameters = package(args.checkpoint, args.output_dir, args.storage_dtype)
+        parameters = package(args.checkpoint, args.output_dir, args.storage_dtype, args.num_sampled_negatives)
         size = os.path.getsize(os.path.join(args.output_dir, "model.safetensors"))
         print(f"{args.output_dir}: {parameters:,} parameters, model.safetensors {size / 2**20:.1f} MiB")
         if texts:

@@ -337,3 +337,10 @@ def test_packaging_rounds_the_weights_once_and_keeps_the_card(tmp_path):
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor.half().float()), name
     assert ElmoWordVocabulary.from_pretrained(output).words == words
+    assert loaded.config.num_sampled_negatives == 2  # the checkpoint's training setting, by default
+    package(tmp_path / "checkpoint", output, num_sampled_negatives=0)  # a setting for further training instead
+    assert ElmoForPreTraining.from_pretrained(output).config.num_sampled_negatives == 0
+    from elmo_hf.user_errors import UserInputError
+
+    with pytest.raises(UserInputError, match=r"^--num-sampled-negatives: must be 0 \(the full softmax\) to vocab_size"):
+        package(tmp_path / "checkpoint", output, num_sampled_negatives=6)

@@ -19,7 +19,8 @@
 # (lessreligious, for --prepare). CONTINUE=1 starts from the last call's model (its shape and vocabulary; the shape
 # settings are then unused) with a new optimizer and schedule, and writes $RUN/continued. START_MODEL=DIR does the
 # same from a packaged model (the shipped one, say) on a fresh machine: its shape and vocabulary, the text unpacked.
-# NEGATIVES=0 trains with the full softmax (what perplexity measures; on a GPU it costs little at this vocabulary).
+# NEGATIVES=0 trains with the full softmax (what perplexity measures; on a GPU it costs little at this vocabulary); a
+# run from an earlier model is packaged with that model's sampled-softmax setting, for further training on a CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${GPU_TRAIN_DATA:-.gpu-train}  # (a test points it elsewhere)
@@ -108,8 +109,13 @@ python examples/run_bilm_pretraining.py --train_file "$RUN/train.txt" --output_d
     --save_strategy no --logging_steps 50 --report_to none --disable_tqdm true --seed "$SEED" $DEVICE_ARGS
 echo "== $(date +%T) packaging"
 head -n 2000 "$RUN/valid.txt" > "$RUN/valid-2000.txt"  # the perplexity of the first 2,000 validation sentences
+package_args=()
+if [ -n "$START" ]; then  # the start model's softmax setting, not this run's (NEGATIVES=0 for a GPU run)
+    package_args=(--num-sampled-negatives "$(python -c 'import json, sys
+print(json.load(open(sys.argv[1]))["num_sampled_negatives"])' "$START/config.json")")
+fi
 python conversion/package_default_model.py "$trained" --output-dir "$RUN/packaged" \
-    --evaluate valid-2000="$RUN/valid-2000.txt"
+    --evaluate valid-2000="$RUN/valid-2000.txt" "${package_args[@]}"
 cat "$RUN/packaged/eval_results.json"
 cp "$RUN/packaged"/config.json "$RUN/packaged"/tokenizer_config.json "$RUN/packaged"/vocab.txt "$OUT"/
 split -b 15000000 "$RUN/packaged/model.safetensors" "$OUT/model.safetensors.part-"
