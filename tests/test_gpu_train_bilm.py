@@ -25,7 +25,7 @@ def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tm
     for split, lines in (("train", sentences * 20), ("valid", sentences)):
         with lzma.open(data / f"{split}.txt.xz", "wt", encoding="utf-8") as packed:
             packed.write("\n".join(lines) + "\n")
-    settings = dict(MINUTES="0.2", LSTM_DIM="16", PROJECTION_DIM="8", FILTERS="tiny", BATCH="8", WARMUP="5")
+    settings = dict(MINUTES="0.08", LSTM_DIM="16", PROJECTION_DIM="8", FILTERS="tiny", BATCH="8", WARMUP="5")
     settings.update(WORKERS="0", NEGATIVES="4", DEVICE_ARGS="--use_cpu", OMP_NUM_THREADS="1")
     settings.update(GPU_TRAIN_DATA=str(data), GPU_TRAIN_RUN=str(run))  # the text and the work folder, as the device's
     subprocess.run(["bash", SCRIPT, out], env={**os.environ, **settings}, check=True, capture_output=True)
@@ -48,7 +48,7 @@ def test_the_device_script_trains_packages_and_the_pieces_join_into_the_model(tm
     assert result["perplexity"] == pytest.approx(packaged["packaged"]["valid-2000"]["perplexity"], rel=1e-6)
     # CONTINUE=1, the second call on the same machine: a new decay from the first run's model, packaged and joined
     out_continued, joined_continued = tmp_path / "out-continued", tmp_path / "joined-continued"
-    settings.update(CONTINUE="1", MINUTES="0.1", LEARNING_RATE="1e-3", WARMUP="2", SEED="1")
+    settings.update(CONTINUE="1", MINUTES="0.05", LEARNING_RATE="1e-3", WARMUP="2", SEED="1")
     subprocess.run(["bash", SCRIPT, out_continued], env={**os.environ, **settings}, check=True, capture_output=True)
     assert "decay sized to the time limit" in (out_continued / "train.log").read_text(encoding="utf-8")
     subprocess.run(["bash", SCRIPT, "--join", out_continued, joined_continued], check=True, capture_output=True)

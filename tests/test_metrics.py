@@ -86,6 +86,8 @@ def test_token_classification_example_trains_on_part_of_speech_tags(tmp_path):
             "--do_predict",
             "--num_train_epochs",
             "1",
+            "--min_updates",  # the one epoch given, not the 100 that 200 updates would take
+            "0",
             "--per_device_train_batch_size",
             "4",
             "--eval_strategy",
