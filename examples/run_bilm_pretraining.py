@@ -207,7 +207,32 @@ class ElmoPreTrainingTrainer(Trainer):
     direction and combined), each process scoring every world_size-th sentence, with a tokens/s progress bar. With
     `--train_sampling_strategy group_by_length` its batches hold sentences of similar length (ElmoLineDataset's
     word counts), which trains about twice as many words per second on a CPU as random batches (about 2.2x padding
-    on PTB)."""
+    on PTB).
+
+    Its logged `grad_norm` is the mean over the updates since the last log, as `loss` is. The `Trainer`'s own is the
+    last update's alone, and with length-grouped batches that update sits at one place in each sorted group of 50
+    batches: logging every 50 steps then reported the shortest sentences' (largest) norms for a whole epoch, and a
+    norm several times smaller after each epoch boundary moved that place."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._grad_norm_sum, self._grad_norm_updates = None, 0
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.accelerator.sync_gradients:  # the update's whole gradient, before the Trainer clips it
+            gradients = [parameter.grad for parameter in model.parameters() if parameter.grad is not None]
+            if gradients:
+                norm = torch.nn.utils.get_total_norm(gradients).detach()  # stays on the device until logged
+                self._grad_norm_sum = norm if self._grad_norm_sum is None else self._grad_norm_sum + norm
+                self._grad_norm_updates += 1
+        return loss
+
+    def log(self, logs, start_time=None):
+        if "grad_norm" in logs and self._grad_norm_updates:
+            logs["grad_norm"] = float(self._grad_norm_sum) / self._grad_norm_updates
+            self._grad_norm_sum, self._grad_norm_updates = None, 0
+        super().log(logs, start_time)
 
     def _get_train_sampler(self, train_dataset=None):
         dataset = train_dataset if train_dataset is not None else self.train_dataset

@@ -211,6 +211,28 @@ def test_length_grouped_batches_pad_less_and_cover_every_sentence_once_per_epoch
     assert list(sampler) == first_epoch  # an epoch's order depends only on the seed and the epoch
 
 
+def test_the_logged_gradient_norm_is_the_mean_over_the_logging_window(tmp_path, monkeypatch):
+    lines = [" ".join(NUMBERS[: 1 + index % 12]) for index in range(48)]  # 1 to 12 words: a norm per length
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def logged_norms(logging_steps, output_dir):
+        trainer = run(
+            *("--train_file", text, "--output_dir", output_dir, "--do_train", "--save_strategy", "no"),
+            *("--num_sampled_negatives", 8, "--per_device_train_batch_size", 4, "--max_steps", 8),
+            *("--train_sampling_strategy", "group_by_length", "--logging_steps", logging_steps, "--seed", 5),
+        )
+        return [entry["grad_norm"] for entry in trainer.state.log_history if "grad_norm" in entry]
+
+    with monkeypatch.context() as patched:  # the Trainer's own log: each update's norm, one update a window
+        patched.setattr(run_bilm_pretraining.ElmoPreTrainingTrainer, "log", run_bilm_pretraining.Trainer.log)
+        each_update = logged_norms(1, tmp_path / "each")
+    windows = logged_norms(4, tmp_path / "windows")
+    assert len(each_update) == 8 and len(set(each_update)) > 4  # lengths differ between batches, and so do norms
+    assert windows == pytest.approx([sum(each_update[:4]) / 4, sum(each_update[4:]) / 4], rel=1e-5)
+    assert windows[1] != pytest.approx(each_update[7], rel=1e-3)  # not the last update's, as the Trainer's own
+
+
 LAUNCHERS = TWO_PROCESS_LAUNCHERS
 
 
