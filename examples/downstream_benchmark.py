@@ -283,6 +283,7 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
             "use_output_elmo": False,
             "use_bilm_token_layer": args.token_layer_in_x_k or task_words is None,
             "classifier_dropout": args.classifier_dropout,
+            "task_word_dropout": args.task_word_dropout,
             "scalar_mix_dropout": 0.0,
             **words,
             **row_config(row, num_layers),
@@ -612,6 +613,12 @@ def main(argv=None):
     parser.add_argument("--pos-learning-rate", type=float, default=RECIPE["pos"]["learning_rate"])
     parser.add_argument("--sentiment-learning-rate", type=float, default=RECIPE["sentiment"]["learning_rate"])
     parser.add_argument("--classifier-dropout", type=float, default=0.3)
+    parser.add_argument(
+        "--task-word-dropout",
+        type=float,
+        default=0.0,
+        help="while training, look each word up in the task word embedding as the unknown word with this probability",
+    )
     parser.add_argument(
         "--epoch-on-dev",
         action=argparse.BooleanOptionalAction,

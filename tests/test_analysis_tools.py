@@ -1,0 +1,57 @@
+"""The analysis tools behind benchmarks/RESULTS.md figures: tools/ewt_error_breakdown.py's counts and
+tools/logged_step_batches.py's recomputed batches."""
+
+from helpers import load_script
+
+ewt_error_breakdown = load_script("ewt_error_breakdown", folder="tools")
+logged_step_batches = load_script("logged_step_batches", folder="tools")
+
+
+def test_the_error_breakdown_counts_each_taggers_errors_by_group():
+    names = ["AUX", "NOUN", "PART", "PRON", "PROPN", "VERB"]
+    splits = {
+        "train": [(["I", "do", "n't", "know"], ["PRON", "AUX", "PART", "VERB"])],
+        "test": [
+            (["I", "do", "n't", "see"], ["PRON", "AUX", "PART", "VERB"]),  # a clitic; "see" unseen in training
+            (["Paris", "know"], ["PROPN", "VERB"]),  # no clitic; "Paris" unseen
+        ],
+    }
+    recipe = [[3, 0, 2, 1], [1, 5]]  # wrong on "see" (NOUN) and on "Paris" (NOUN)
+    feature = [["PRON", "VERB", "PART", "VERB"], ["PROPN", "NOUN"]]  # wrong on "do" and on "know"
+    groups, confusions = ewt_error_breakdown.error_breakdown(splits, names, recipe, feature)
+    assert groups["sentences with a clitic"] == {
+        "words": 4,
+        "recipe_errors": 1,
+        "feature_tagger_errors": 1,
+        "recipe_error_rate": 0.25,
+        "feature_tagger_error_rate": 0.25,
+        "recipe_error_reduction": 0.0,
+    }
+    assert (groups["other sentences"]["words"], groups["other sentences"]["recipe_errors"]) == (2, 1)
+    assert [groups["seen words"][key] for key in ("words", "recipe_errors", "feature_tagger_errors")] == [4, 0, 2]
+    assert [groups["unseen words"][key] for key in ("words", "recipe_errors", "feature_tagger_errors")] == [2, 2, 0]
+    assert groups["unseen words"]["recipe_error_reduction"] is None  # nothing to remove
+    assert confusions == {
+        "recipe": {"VERB -> NOUN": 1, "PROPN -> NOUN": 1},
+        "feature_tagger": {"AUX -> VERB": 1, "VERB -> NOUN": 1},
+    }
+
+
+def test_logged_step_batches_finds_the_batch_of_each_logged_update(tmp_path, capsys):
+    # 64 sentences of 1 to 16 words; batches of 2 make 32 steps an epoch in groups of 8 sorted batches
+    text = tmp_path / "train.txt"
+    text.write_text("".join(" ".join(["w"] * (1 + index % 16)) + "\n" for index in range(64)), encoding="utf-8")
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"{{'loss': '3.1', 'grad_norm': '0.{index}'}}\n" for index in range(1, 9)))
+    arguments = [str(text), "--batch-size", "2", "--seed", "1", "--epochs", "2", "--logging-steps", "8"]
+    logged_step_batches.main(arguments)
+    without_log = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    logged_step_batches.main([*arguments, "--log", str(log)])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [row[:2] for row in rows] == [[str(step), str(step // 33)] for step in (8, 16, 24, 32, 40, 48, 56, 64)]
+    assert all(row[2] == "7" for row in rows)  # every 8th step is the last (shortest) batch of its group of 8
+    sampler = logged_step_batches.ElmoLengthGroupedSampler(2, [1 + index % 16 for index in range(64)], 1)
+    order = list(sampler)
+    assert int(rows[0][3]) == sum(2 + index % 16 for index in order[14:16])  # words and </S> of the 8th batch
+    assert [row[4] for row in rows] == [f"0.{index}" for index in range(1, 9)]
+    assert without_log == [row[:4] for row in rows]  # the same batches, without norms
