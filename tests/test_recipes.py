@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, load_script
 
 RECIPES = ("text-classification", "token-classification")
 
@@ -60,3 +60,13 @@ def test_recipe_runs_as_written_on_a_tiny_slice(tmp_path, name):
     subprocess.run([sys.executable, *arguments[1:]], cwd=REPO_ROOT, check=True, capture_output=True, text=True)
     results = json.loads((tmp_path / "out" / "test_results.json").read_text())
     assert 0.0 <= results["test_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("name, task", [("text-classification", "sentiment"), ("token-classification", "pos")])
+def test_the_recipe_trains_as_the_downstream_benchmark_measures_it(name, task):
+    measured = load_script("downstream_benchmark").RECIPE[task]
+    arguments = shlex.split(recipe(name))
+    options = {arguments[i]: arguments[i + 1] for i in range(len(arguments) - 1) if arguments[i].startswith("--")}
+    assert float(options["--num_train_epochs"]) == measured["epochs"]
+    assert float(options["--learning_rate"]) == measured["learning_rate"]
+    assert float(options.get("--task_word_dropout", 0.0)) == measured["task_word_dropout"]

@@ -83,7 +83,12 @@ def main(argv=None):
     parser.add_argument("--model", default="elmo_hf/pretrained/elmo-english-small")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default="outputs/downstream-data")
-    parser.add_argument("--task-word-dropout", type=float, default=0.0, help="as downstream_benchmark.py's")
+    parser.add_argument(
+        "--task-word-dropout",
+        type=float,
+        default=downstream_benchmark.RECIPE["pos"]["task_word_dropout"],
+        help="as downstream_benchmark.py's --pos-task-word-dropout",
+    )
     parser.add_argument("--output", help="write the JSON here too")
     args = parser.parse_args(argv)
     # the recipe's settings: downstream_benchmark.py's defaults
@@ -95,7 +100,7 @@ def main(argv=None):
         task_hidden_size=128,
         token_layer_in_x_k=False,
         classifier_dropout=0.3,
-        task_word_dropout=args.task_word_dropout,
+        task_word_dropout={"pos": args.task_word_dropout},
         batch_size=32,
         epoch_on_dev=True,
         epochs={"pos": downstream_benchmark.RECIPE["pos"]["epochs"]},
