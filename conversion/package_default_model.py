@@ -17,7 +17,7 @@ import os
 import torch
 from safetensors.torch import save_file
 
-from elmo_hf import ElmoForPreTraining, ElmoTokenizer, ElmoWordVocabulary
+from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoTokenizer, ElmoWordVocabulary
 from elmo_hf.perplexity import evaluate_perplexity, load_language_model, read_sentences
 from elmo_hf.user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error
 
@@ -52,12 +52,11 @@ def package(checkpoint, output_dir, storage_dtype="float16", num_sampled_negativ
         config.pop(key, None)
     config["dtype"] = "float32"  # compute dtype: from_pretrained upcasts the stored weights
     if num_sampled_negatives is not None:
-        if not 0 <= num_sampled_negatives <= model.config.vocab_size:
-            raise UserInputError(
-                f"--num-sampled-negatives: must be 0 (the full softmax) to vocab_size ({model.config.vocab_size}), "
-                f"got {num_sampled_negatives!r}"
-            )
         config["num_sampled_negatives"] = num_sampled_negatives
+        try:  # the config's own check of the field
+            ElmoConfig.from_dict(config)
+        except ValueError as error:
+            raise UserInputError(f"--num-sampled-negatives: {error}") from None
     config["architectures"] = [ElmoForPreTraining.__name__]
     with open(os.path.join(output_dir, "config.json"), "w", encoding="utf-8") as out:
         out.write(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -232,14 +232,20 @@ def row_config(row, num_layers):
 
 
 @torch.no_grad()
-def accuracy(model, dataset, batch_size):
-    """Accuracy over the labelled words (tags) or the sentences (classes) of `dataset`."""
+def batch_predictions(model, dataset, batch_size):
+    """The model's predicted labels and the gold labels of `dataset`, batch by batch, in order (eval mode):
+    `(batch, words)` tensors for tags (gold -100 where nothing is scored), `(batch,)` for classes."""
     model.eval()
-    correct = total = 0
     for start in range(0, len(dataset), batch_size):
         batch = collate([dataset[index] for index in range(start, min(start + batch_size, len(dataset)))])
         labels = batch.pop("labels")
-        predictions = model(**batch).logits.argmax(dim=-1)
+        yield model(**batch).logits.argmax(dim=-1), labels
+
+
+def accuracy(model, dataset, batch_size):
+    """Accuracy over the labelled words (tags) or the sentences (classes) of `dataset`."""
+    correct = total = 0
+    for predictions, labels in batch_predictions(model, dataset, batch_size):
         scored = labels != -100
         correct += int((predictions[scored] == labels[scored]).sum())
         total += int(scored.sum())
@@ -605,7 +611,8 @@ def markdown_table(results):
     return "\n".join(lines)
 
 
-def main(argv=None):
+def parse_arguments(argv=None):
+    """The command line's settings; the per-task recipe settings are gathered as {task: value}."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="an ELMo biLM folder or Hub id (ElmoModel weights)")
     parser.add_argument("--output-dir", required=True, help="gets results.json")
@@ -674,6 +681,11 @@ def main(argv=None):
     args.epochs = {"pos": args.pos_epochs, "sentiment": args.sentiment_epochs}
     args.learning_rate = {"pos": args.pos_learning_rate, "sentiment": args.sentiment_learning_rate}
     args.task_word_dropout = {"pos": args.pos_task_word_dropout, "sentiment": args.sentiment_task_word_dropout}
+    return args
+
+
+def main(argv=None):
+    args = parse_arguments(argv)
     transformers_logging.set_verbosity_error()
 
     start = time.time()

@@ -35,6 +35,7 @@ from elmo_hf import (
     cli,
     perplexity,
 )
+from elmo_hf.user_errors import UserInputError
 
 pytestmark = pytest.mark.usefixtures("loopback_only", "one_thread")
 
@@ -340,7 +341,8 @@ def test_packaging_rounds_the_weights_once_and_keeps_the_card(tmp_path):
     assert loaded.config.num_sampled_negatives == 2  # the checkpoint's training setting, by default
     package(tmp_path / "checkpoint", output, num_sampled_negatives=0)  # a setting for further training instead
     assert ElmoForPreTraining.from_pretrained(output).config.num_sampled_negatives == 0
-    from elmo_hf.user_errors import UserInputError
-
-    with pytest.raises(UserInputError, match=r"^--num-sampled-negatives: must be 0 \(the full softmax\) to vocab_size"):
+    too_many = (
+        r"^--num-sampled-negatives: num_sampled_negatives must be at most vocab_size \(5\) \(0 trains with the full"
+    )
+    with pytest.raises(UserInputError, match=too_many):
         package(tmp_path / "checkpoint", output, num_sampled_negatives=6)

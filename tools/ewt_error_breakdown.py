@@ -19,8 +19,6 @@ import os
 import sys
 from collections import Counter
 
-import torch
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import downstream_benchmark  # noqa: E402
 
@@ -37,17 +35,11 @@ class KeptEpochPredictions(downstream_benchmark.BestEpochOnDev):
         super().on_epoch_end(args, state, control, model=model, **kwargs)
         if self.best is kept:
             return
-        model.eval()
-        predictions, test = [], self.datasets["test"]
-        with torch.no_grad():
-            for start in range(0, len(test), self.batch_size):
-                batch = downstream_benchmark.collate(
-                    [test[i] for i in range(start, min(start + self.batch_size, len(test)))]
-                )
-                labels = batch.pop("labels")
-                guesses = model(**batch).logits.argmax(dim=-1)
-                predictions += [row[gold != -100].tolist() for row, gold in zip(guesses, labels)]
-        self.best["test_predictions"] = predictions
+        self.best["test_predictions"] = [
+            row[gold != -100].tolist()
+            for guesses, labels in downstream_benchmark.batch_predictions(model, self.datasets["test"], self.batch_size)
+            for row, gold in zip(guesses, labels)
+        ]
         model.train()
 
 
@@ -91,28 +83,19 @@ def main(argv=None):
     )
     parser.add_argument("--output", help="write the JSON here too")
     args = parser.parse_args(argv)
-    # the recipe's settings: downstream_benchmark.py's defaults
-    settings = argparse.Namespace(
-        model=args.model,
-        data_dir=args.data_dir,
-        max_examples=None,
-        task_layers=1,
-        task_hidden_size=128,
-        token_layer_in_x_k=False,
-        classifier_dropout=0.3,
-        task_word_dropout={"pos": args.task_word_dropout},
-        batch_size=32,
-        epoch_on_dev=True,
-        epochs={"pos": downstream_benchmark.RECIPE["pos"]["epochs"]},
-        learning_rate={"pos": downstream_benchmark.RECIPE["pos"]["learning_rate"]},
-        min_updates=downstream_benchmark.MIN_UPDATES,
+    # the recipe's settings: downstream_benchmark.py's own defaults (its output folder is not used)
+    settings = downstream_benchmark.parse_arguments(
+        [
+            *("--model", args.model, "--output-dir", os.devnull, "--data-dir", args.data_dir, "--tasks", "pos"),
+            *("--pos-task-word-dropout", str(args.task_word_dropout)),
+        ]
     )
     model, tokenizer = ElmoModel.from_pretrained(args.model).eval(), ElmoTokenizer.from_pretrained(args.model)
     datasets, _, _, names, _, baseline, train_words, splits = downstream_benchmark.prepare_task(
         settings, "pos", model, tokenizer
     )
     task_words = downstream_benchmark.add_pretrained_words(
-        downstream_benchmark.build_task_word_vocab(train_words, 2),
+        downstream_benchmark.build_task_word_vocab(train_words, settings.task_word_min_count),
         downstream_benchmark.pretrained_word_list(bilm_path=args.model),
     )
     downstream_benchmark.BestEpochOnDev = KeptEpochPredictions  # train_head builds its callback from this name
