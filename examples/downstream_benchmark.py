@@ -234,12 +234,20 @@ def row_config(row, num_layers):
 @torch.no_grad()
 def batch_predictions(model, dataset, batch_size):
     """The model's predicted labels and the gold labels of `dataset`, batch by batch, in order (eval mode):
-    `(batch, words)` tensors for tags (gold -100 where nothing is scored), `(batch,)` for classes."""
+    `(batch, words)` tensors for tags (gold -100 where nothing is scored; a CRF head's Viterbi tags, -1 there),
+    `(batch,)` for classes."""
     model.eval()
     for start in range(0, len(dataset), batch_size):
         batch = collate([dataset[index] for index in range(start, min(start + batch_size, len(dataset)))])
         labels = batch.pop("labels")
-        yield model(**batch).logits.argmax(dim=-1), labels
+        logits = model(**batch).logits
+        if getattr(model, "crf", None) is None:
+            yield logits.argmax(dim=-1), labels
+            continue
+        scored = labels != -100  # a CRF tags the scored words by Viterbi; the rest get -1
+        predictions = torch.full_like(labels, -1)
+        predictions[scored] = torch.tensor([tag for row in model.decode(logits, scored) for tag in row])
+        yield predictions, labels
 
 
 def accuracy(model, dataset, batch_size):
@@ -295,6 +303,9 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
             "classifier_dropout": args.classifier_dropout,
             "task_word_dropout": args.task_word_dropout[task],
             "scalar_mix_dropout": 0.0,
+            "scalar_mix_do_layer_norm": args.layer_norm,
+            "use_crf": args.crf and task == "pos",
+            "scalar_mix_l2_coef": args.mix_l2_coef,
             **words,
             **row_config(row, num_layers),
         }
@@ -631,6 +642,24 @@ def parse_arguments(argv=None):
     )
     parser.add_argument("--sentiment-task-word-dropout", type=float, default=RECIPE["sentiment"]["task_word_dropout"])
     parser.add_argument("--classifier-dropout", type=float, default=0.3)
+    parser.add_argument(
+        "--layer-norm",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="normalise each biLM layer (one mean and variance over the batch's real words) before the ELMo mix",
+    )
+    parser.add_argument(
+        "--crf",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="pos: a linear-chain CRF over the tags (Viterbi decoding) instead of one softmax per word",
+    )
+    parser.add_argument(
+        "--mix-l2-coef",
+        type=float,
+        default=0.0,
+        help="add this times the sum of the squared un-normalised layer weights to the loss (pulls toward equal)",
+    )
     parser.add_argument(
         "--epoch-on-dev",
         action=argparse.BooleanOptionalAction,

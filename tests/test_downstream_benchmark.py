@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 import torch
-from helpers import load_script, tiny_model
+from helpers import load_script, tiny_config, tiny_model
 
 from elmo_hf import DEFAULT_MODEL, ElmoModel, ElmoTokenizer
 
@@ -363,3 +363,52 @@ def test_the_faster_modes_train_the_same_head_on_their_own_layers(data_dir, tmp_
     assert 0.0 < controlled["noise"]["largest_difference"] < 1.0
     with pytest.raises(ValueError, match="^--modes: noise takes the size of bfloat16's deviation"):
         precision_downstream.main([*arguments, "--modes", "float32", "noise"])
+
+
+def test_a_crf_head_is_scored_by_its_viterbi_tags_not_by_the_argmax_of_its_emissions():
+    torch.manual_seed(0)
+    config = tiny_config(num_labels=3, use_crf=True, task_encoder_hidden_size=4, use_bilm_token_layer=True)
+    head = downstream_benchmark.ElmoForTokenClassification(config).eval()
+    with torch.no_grad():
+        head.crf.transitions.fill_(-50.0)
+        head.crf.transitions[:, 1] = 50.0  # every tag after the first is 1, whatever the emissions say
+    layers = [torch.randn(3, words + 2, 2 * config.projection_dim) for words in (4, 2, 3)]
+    char_ids = [torch.randint(1, 200, (words + 2, config.max_characters_per_token)) for words in (4, 2, 3)]
+    labels = [torch.tensor([-100, *torch.randint(0, 3, (words,)).tolist(), -100]) for words in (4, 2, 3)]
+    dataset = downstream_benchmark.LayersDataset(layers, char_ids, labels)
+    (predictions, gold), *_ = downstream_benchmark.batch_predictions(head, dataset, batch_size=3)
+    scored = gold != -100
+    assert (predictions[~scored] == -1).all()
+    batch = downstream_benchmark.collate([dataset[index] for index in range(3)])
+    batch.pop("labels")
+    with torch.no_grad():
+        logits = head(**batch).logits
+    viterbi = head.decode(logits, scored)
+    assert [row[scored[index]].tolist() for index, row in enumerate(predictions)] == viterbi
+    assert all(tags[1:] == [1] * (len(tags) - 1) for tags in viterbi)
+    assert not torch.equal(predictions[scored], logits.argmax(-1)[scored])  # the argmax would score otherwise
+
+
+def test_the_mix_and_crf_options_reach_every_head(data_dir, tmp_path, one_thread, monkeypatch):
+    model_dir = tmp_path / "bilm"
+    model = tiny_model()
+    model.save_pretrained(model_dir)
+    ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token).save_pretrained(model_dir)
+    built_heads = []
+    for name in ("ElmoForTokenClassification", "ElmoForSequenceClassification"):
+        head_class = getattr(downstream_benchmark, name)
+        monkeypatch.setattr(
+            downstream_benchmark,
+            name,
+            lambda config, head_class=head_class: built_heads.append(head_class(config)) or built_heads[-1],
+        )
+    downstream_benchmark.main(
+        ["--model", str(model_dir), "--data-dir", str(data_dir), "--output-dir", str(tmp_path / "out")]
+        + ["--seeds", "0", "--rows", "all", "--max-examples", "6", "--task-hidden-size", "4", "--min-updates", "0"]
+        + ["--pos-epochs", "1", "--sentiment-epochs", "1", "--probe-epochs", "1"]
+        + ["--layer-norm", "--mix-l2-coef", "0.25", "--crf"]
+    )
+    tagger, classifier = built_heads
+    for head in built_heads:
+        assert head.task_encoder.input_mix.do_layer_norm and head.task_encoder.input_mix.l2_coef == 0.25
+    assert tagger.crf is not None and not hasattr(classifier, "crf")  # a CRF for tags only
