@@ -613,6 +613,26 @@ class ElmoCrf(nn.Module):
         return paths
 
 
+def decoded_tags(head, logits, mask):
+    r"""
+    A token-classification head's [`~ElmoForTokenClassification.decode`] tags laid back on the words. Takes any head
+    with that method, so that a head loaded with `trust_remote_code=True` from an older copy of this file works too.
+
+    Args:
+        head: the head whose `decode` tags the words (Viterbi with a CRF, argmax otherwise).
+        logits (`(batch, words, num_labels)`): the `logits` of its output.
+        mask (`(batch, words)` bool): the words to tag; each row's must be contiguous.
+
+    Returns:
+        `torch.LongTensor` of shape `(batch, words)`: each masked word's tag, -1 elsewhere.
+    """
+    tags = torch.full(mask.shape, -1, dtype=torch.long, device=logits.device)
+    # decode gives each row's tags in word order, which is the order a boolean mask assigns them in.
+    decoded = [tag for row in head.decode(logits, mask) for tag in row]
+    tags[mask] = torch.tensor(decoded, dtype=torch.long, device=logits.device)
+    return tags
+
+
 def _left_align(mask):
     """For a `(batch, words)` bool mask, the `(batch, words)` index that moves each row's True positions first (in
     order), and the left-aligned mask."""

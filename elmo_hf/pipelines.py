@@ -1,8 +1,8 @@
 """The token-classification pipeline for ELMo: one tag per word, character offsets into the raw text."""
 
-import torch
 from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
 
+from .modeling_elmo import decoded_tags
 from .tokenization_elmo import ElmoTokenizer
 
 # The task name `import elmo_hf` registers for this pipeline; the stock "token-classification" task stays untouched.
@@ -62,11 +62,8 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         outputs = super()._forward(model_inputs)
         if isinstance(self.tokenizer, ElmoTokenizer):
             words = outputs["special_tokens_mask"] == 0  # (batch, words)
-            tags = torch.full(words.shape, -1, dtype=torch.long, device=words.device)  # -1: boundary or padding
-            # decode gives each row's tags in word order, which is the order a boolean mask assigns them in.
-            decoded = [tag for row in self.model.decode(outputs["logits"], words) for tag in row]
-            tags[words] = torch.tensor(decoded, device=words.device)
-            outputs["tags"] = tags  # (batch, words), so that batched outputs split per sentence
+            # (batch, words), -1 at boundaries and padding, so that batched outputs split per sentence
+            outputs["tags"] = decoded_tags(self.model, outputs["logits"], words)
         return outputs
 
     def postprocess(self, all_outputs, aggregation_strategy=AggregationStrategy.NONE, ignore_labels=None):

@@ -73,6 +73,7 @@ from elmo_hf import (
     ElmoModel,
     ElmoTokenizer,
 )
+from elmo_hf.modeling_elmo import decoded_tags
 from elmo_hf.task_words import (
     add_pretrained_words,
     build_task_word_vocab,
@@ -234,20 +235,17 @@ def row_config(row, num_layers):
 @torch.no_grad()
 def batch_predictions(model, dataset, batch_size):
     """The model's predicted labels and the gold labels of `dataset`, batch by batch, in order (eval mode):
-    `(batch, words)` tensors for tags (gold -100 where nothing is scored; a CRF head's Viterbi tags, -1 there),
-    `(batch,)` for classes."""
+    `(batch, words)` tensors for tags (`decoded_tags`: Viterbi with a CRF; gold -100 and predicted -1 where
+    nothing is scored), `(batch,)` for classes."""
     model.eval()
     for start in range(0, len(dataset), batch_size):
         batch = collate([dataset[index] for index in range(start, min(start + batch_size, len(dataset)))])
         labels = batch.pop("labels")
         logits = model(**batch).logits
-        if getattr(model, "crf", None) is None:
+        if labels.dim() == 2:  # a tag per word
+            yield decoded_tags(model, logits, labels != -100), labels
+        else:
             yield logits.argmax(dim=-1), labels
-            continue
-        scored = labels != -100  # a CRF tags the scored words by Viterbi; the rest get -1
-        predictions = torch.full_like(labels, -1)
-        predictions[scored] = torch.tensor([tag for row in model.decode(logits, scored) for tag in row])
-        yield predictions, labels
 
 
 def accuracy(model, dataset, batch_size):
