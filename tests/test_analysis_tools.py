@@ -1,7 +1,12 @@
 """The analysis tools behind benchmarks/RESULTS.md figures: tools/ewt_error_breakdown.py's counts and
 tools/logged_step_batches.py's recomputed batches."""
 
-from helpers import load_script
+import json
+
+from helpers import load_script, tiny_model
+from test_downstream_benchmark import write_decomp_wheel
+
+from elmo_hf import ElmoTokenizer
 
 ewt_error_breakdown = load_script("ewt_error_breakdown", folder="tools")
 logged_step_batches = load_script("logged_step_batches", folder="tools")
@@ -35,6 +40,27 @@ def test_the_error_breakdown_counts_each_taggers_errors_by_group():
         "recipe": {"VERB -> NOUN": 1, "PROPN -> NOUN": 1},
         "feature_tagger": {"AUX -> VERB": 1, "VERB -> NOUN": 1},
     }
+
+
+def test_the_error_breakdown_fits_the_feature_tagger_once_for_its_scores_and_its_breakdown(
+    tmp_path, one_thread, monkeypatch
+):
+    data_dir, model_dir = tmp_path / "data", tmp_path / "bilm"
+    data_dir.mkdir()
+    write_decomp_wheel(data_dir / "decomp-0.3.2-py3-none-any.whl")
+    model = tiny_model()
+    model.save_pretrained(model_dir)
+    ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token).save_pretrained(model_dir)
+    benchmark, fitted = ewt_error_breakdown.downstream_benchmark, []
+    fit = benchmark.fit_feature_tagger
+    monkeypatch.setattr(benchmark, "fit_feature_tagger", lambda sentences: fitted.append(1) or fit(sentences))
+    ewt_error_breakdown.main(
+        ["--model", str(model_dir), "--data-dir", str(data_dir), "--output", str(tmp_path / "out")]
+    )
+    result = json.loads((tmp_path / "out").read_text())
+    assert len(fitted) == 1
+    assert result["feature_tagger"] == {"dev": 1.0, "test": 1.0}  # word identity decides the tag in this data
+    assert sum(counts["words"] for counts in result["groups"].values()) > 0
 
 
 def test_logged_step_batches_finds_the_batch_of_each_logged_update(tmp_path, capsys):

@@ -91,9 +91,11 @@ def main(argv=None):
         ]
     )
     model, tokenizer = ElmoModel.from_pretrained(args.model).eval(), ElmoTokenizer.from_pretrained(args.model)
-    datasets, _, _, names, _, baseline, train_words, splits = downstream_benchmark.prepare_task(
-        settings, "pos", model, tokenizer
+    datasets, _, _, names, _, _, train_words, splits = downstream_benchmark.prepare_task(
+        settings, "pos", model, tokenizer, with_baseline=False
     )
+    feature_tagger = downstream_benchmark.fit_feature_tagger(splits["train"])  # fitted once: scores and breakdown
+    baseline = downstream_benchmark.feature_tagger_accuracy(splits, feature_tagger)
     task_words = downstream_benchmark.add_pretrained_words(
         downstream_benchmark.build_task_word_vocab(train_words, settings.task_word_min_count),
         downstream_benchmark.pretrained_word_list(bilm_path=args.model),
@@ -102,7 +104,7 @@ def main(argv=None):
     kept = downstream_benchmark.train_head(
         settings, "pos", "all", args.seed, model.config, datasets, len(names), task_words
     )
-    feature_predictions = downstream_benchmark.fit_feature_tagger(splits["train"])([w for w, _ in splits["test"]])
+    feature_predictions = feature_tagger([w for w, _ in splits["test"]])
     groups, confusions = error_breakdown(splits, names, kept.pop("test_predictions"), feature_predictions)
     result = {
         "model": args.model,
