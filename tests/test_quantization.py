@@ -18,8 +18,8 @@ pytestmark = [
 # The bounds on int8's deviation are held on a trained model whose weights stay fixed when the default biLM is
 # retrained (random tiny models are chaotic: any rounding grows along the sentence). On these 25 words a retraining
 # moved the lowest cosine per word by up to 1e-3, past the bounds' margins, while over 64 workload sentences the
-# successive defaults' lowest moved little (0.9979, 0.9979, 0.9978, 0.9973, 0.9975:
-# `results/2026-11-28-precision-shipped-*`).
+# successive defaults' lowest moved little (0.9979, 0.9979, 0.9978, 0.9973, 0.9975, 0.9975:
+# `results/*-precision-shipped-*`).
 FIXED_TRAINED_MODEL = NEWS_MODEL
 
 
@@ -151,7 +151,7 @@ def test_int8_runs_the_character_cnn_in_bfloat16_where_onednn_has_it(monkeypatch
 
 def test_int8_input_product_follows_its_bias_changed_in_place():
     """The input product's int8 copy carries the layer's bias: a new bias makes a new copy."""
-    model = ElmoModel.from_pretrained(DEFAULT_MODEL).eval().quantize_weights("int8")
+    model = ElmoModel.from_pretrained(FIXED_TRAINED_MODEL).eval().quantize_weights("int8")
     before = layers(model)
     with torch.no_grad():
         model.encoder.layers[0].bias.add_(0.5)

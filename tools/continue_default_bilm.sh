@@ -2,8 +2,8 @@
 # Continued runs of the default English biLM (elmo_hf.DEFAULT_MODEL): STEPS more steps of 64 sentences on the same
 # mix, from a packaged float16 model taken from this clone's history (START_COMMIT, a commit: by default 5fbacbc, which
 # shipped the first run), with a new AdamW state, 100 warm-up steps to LEARNING_RATE (1.5e-3) and a linear decay to 0,
-# batches in the order that SEED (1) draws. The sixth run is where the shipped model's last run (tools/gpu_train_bilm.sh
-# with START_MODEL, on a GPU) started:
+# batches in the order that SEED (1) draws. The sixth run is where the seventh (tools/gpu_train_bilm.sh with
+# START_MODEL, on a GPU) started, and the eighth, the shipped model's last, continued the seventh:
 #
 #     STEPS=4000 THREADS=2 bash tools/continue_default_bilm.sh   # the second run: 38 minutes on two AMD EPYC threads
 #     START_COMMIT=e164203 STEPS=5500 THREADS=2 LEARNING_RATE=1e-3 SEED=2 OUT=outputs/english-third-run \
@@ -14,7 +14,9 @@
 #         bash tools/continue_default_bilm.sh                   # the fifth run, from the fourth's model: 56 minutes
 #     START_COMMIT=10273e8 STEPS=6000 THREADS=2 LEARNING_RATE=1e-3 SEED=5 OUT=outputs/english-sixth-run \
 #         bash tools/continue_default_bilm.sh                   # the sixth run, from the fifth's model: 57 minutes
-#     python conversion/package_default_model.py outputs/english-sixth-run/run \
+#     START_COMMIT=a518936 STEPS=8000 THREADS=2 LEARNING_RATE=1e-3 SEED=6 OUT=outputs/english-eighth-run \
+#         bash tools/continue_default_bilm.sh                   # the eighth run, from the seventh's model: 59 minutes
+#     python conversion/package_default_model.py outputs/english-eighth-run/run --num-sampled-negatives 1024 \
 #         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
