@@ -60,7 +60,8 @@ def test_the_error_breakdown_fits_the_feature_tagger_once_for_its_scores_and_its
     result = json.loads((tmp_path / "out").read_text())
     assert len(fitted) == 1
     assert result["feature_tagger"] == {"dev": 1.0, "test": 1.0}  # word identity decides the tag in this data
-    assert sum(counts["words"] for counts in result["groups"].values()) > 0
+    assert sum(counts["words"] for counts in result["groups"].values()) > 0  # the kept epoch's test predictions
+    assert benchmark.BestEpochOnDev is not ewt_error_breakdown.KeptEpochPredictions  # the script's own left as it was
 
 
 def test_logged_step_batches_finds_the_batch_of_each_logged_update(tmp_path, capsys):

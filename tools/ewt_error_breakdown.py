@@ -100,9 +100,8 @@ def main(argv=None):
         downstream_benchmark.build_task_word_vocab(train_words, settings.task_word_min_count),
         downstream_benchmark.pretrained_word_list(bilm_path=args.model),
     )
-    downstream_benchmark.BestEpochOnDev = KeptEpochPredictions  # train_head builds its callback from this name
     kept = downstream_benchmark.train_head(
-        settings, "pos", "all", args.seed, model.config, datasets, len(names), task_words
+        settings, "pos", "all", args.seed, model.config, datasets, len(names), task_words, KeptEpochPredictions
     )
     feature_predictions = feature_tagger([w for w, _ in splits["test"]])
     groups, confusions = error_breakdown(splits, names, kept.pop("test_predictions"), feature_predictions)
