@@ -120,3 +120,28 @@ def test_bilm_pretraining_trains_to_the_same_weights_in_two_processes(tmp_path, 
     runs = train_twice("run_bilm_pretraining", arguments, tmp_path)
     assert_identical(*runs)
     assert runs[0][1]["eval_perplexity"] > 1
+
+
+@pytest.mark.parametrize("run", ["", "run/"])  # tools/train_default_bilm.sh, tools/continue_default_bilm.sh
+def test_git_keeps_a_training_run_s_resume_state_and_nothing_else(tmp_path, run):
+    """A run under training/NAME/ resumes on another machine from what git keeps: its checkpoint's weights, optimizer
+    and scheduler state, random states, config and vocabulary; not the copied modelling code, the pickled arguments,
+    the start model or the final weights."""
+    if subprocess.run(["git", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("git is not installed")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text((REPO_ROOT / ".gitignore").read_text(encoding="utf-8"), encoding="utf-8")
+    folder = tmp_path / "training" / "english-run" / run
+    kept = ["config.json", "model.safetensors", "optimizer.pt", "rng_state.pth", "scheduler.pt"]
+    kept += ["tokenizer_config.json", "trainer_state.json", "vocab.txt"]
+    for name in [*kept, "modeling_elmo.py", "training_args.bin"]:
+        (folder / "checkpoint-500").mkdir(parents=True, exist_ok=True)
+        (folder / "checkpoint-500" / name).write_text("x")
+    for name in ["start/model.safetensors", "model.safetensors", "config.json"]:  # the start model, the final weights
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("x")
+    listed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=tmp_path, capture_output=True, text=True
+    ).stdout.split()
+    expected = {f"training/english-run/{run}checkpoint-500/{name}" for name in kept} | {".gitignore"}
+    assert set(listed) - {"??"} == expected

@@ -20,7 +20,10 @@
 #         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
-# resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps).
+# resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps). For a
+# run that may outlast its machine, set OUT under training/ (OUT=training/english-ninth-run): git keeps only
+# $OUT/run/checkpoint-N there (weights, AdamW state, scheduler, random states: 94 MB), so commit it before the session
+# ends and any clone resumes it exactly; once packaged, delete the folder in a commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
