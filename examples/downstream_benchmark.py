@@ -279,10 +279,10 @@ class BestEpochOnDev(TrainerCallback):
         model.train()
 
 
-def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_words, epoch_choice=None):
+def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_words, epoch_choice=BestEpochOnDev):
     """Trains one head with the Trainer; returns the dev and test accuracy of its epoch best on dev, that epoch, and
     the input mix's layer weights then. `task_words`: the task vocabulary (None: no task word embedding).
-    `epoch_choice`: the callback class that scores the epochs and keeps the best (default `BestEpochOnDev`)."""
+    `epoch_choice`: the callback class that scores the epochs and keeps the best."""
     head_class = ElmoForTokenClassification if task == "pos" else ElmoForSequenceClassification
     num_layers = bilm_config.num_lstm_layers + 1
     words = (
@@ -314,7 +314,7 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
     model = head_class(config)
     if task_words is not None:
         initialise_task_words(model, bilm_path=args.model)
-    best_epoch = (epoch_choice or BestEpochOnDev)(datasets, 4 * args.batch_size, last=not args.epoch_on_dev)
+    best_epoch = epoch_choice(datasets, 4 * args.batch_size, last=not args.epoch_on_dev)
     per_epoch = updates_per_epoch(len(datasets["train"]), args.batch_size)
     epochs = epochs_for_min_updates(args.epochs[task], per_epoch, args.min_updates)  # small shares: more epochs
     with tempfile.TemporaryDirectory() as output_dir:
