@@ -18,7 +18,7 @@ pytestmark = [
 # The bounds on int8's deviation are held on a trained model whose weights stay fixed when the default biLM is
 # retrained (random tiny models are chaotic: any rounding grows along the sentence). On these 25 words a retraining
 # moved the lowest cosine per word by up to 1e-3, past the bounds' margins, while over 64 workload sentences the
-# successive defaults' lowest moved little (0.9979, 0.9979, 0.9978, 0.9973, 0.9975, 0.9975:
+# successive defaults' lowest moved little (0.9979, 0.9979, 0.9978, 0.9973, 0.9975, 0.9975, 0.9975:
 # `results/*-precision-shipped-*`).
 FIXED_TRAINED_MODEL = NEWS_MODEL
 
