@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""The downstream rows of the faster modes: the same task head trained on the default biLM's layers computed in
-float32, in bfloat16 (`--dtype bfloat16`) and with int8 weights (`--quantize int8`), same seeds, same data.
+"""The downstream rows of the faster modes: the same task head trained on a biLM's layers (`--model`, by default the
+shipped default biLM) computed in float32, in bfloat16 (`--dtype bfloat16`) and with int8 weights
+(`--quantize int8`), same seeds, same data.
 
     python examples/precision_downstream.py --task pos --variant '{"fraction": 0.1}' --seeds 0 \
         --modes float32 bfloat16 int8 --work-dir outputs/precision-downstream
@@ -33,9 +34,9 @@ MODES = ("float32", "bfloat16", "int8", "noise")
 RECIPE = {"scalar_mix_dropout": 0.0, "classifier_dropout": 0.3}
 
 
-def bilm_in_mode(mode):
-    """The default biLM, evaluated in `mode`."""
-    model = ElmoModel.from_pretrained(DEFAULT_MODEL).eval()
+def bilm_in_mode(model_name, mode):
+    """The biLM `model_name` (a folder or Hub id), evaluated in `mode`."""
+    model = ElmoModel.from_pretrained(model_name).eval()
     if mode == "bfloat16":
         return model.to(torch.bfloat16)
     if mode == "int8":
@@ -69,6 +70,7 @@ def layer_deviation(layers, reference):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=benchmark.TASKS, required=True)
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="the biLM: a folder or Hub id (ElmoModel weights)")
     parser.add_argument("--variant", default="{}", help="task_input_study.py's variant, on top of the recipe's fields")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
@@ -86,7 +88,7 @@ def main(argv=None):
         raise ValueError("--modes: noise takes the size of bfloat16's deviation, so bfloat16 must come before it")
     os.makedirs(args.work_dir, exist_ok=True)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
-    tokenizer = ElmoTokenizer.from_pretrained(DEFAULT_MODEL)
+    tokenizer = ElmoTokenizer.from_pretrained(args.model)
     words, _, _, _ = study.load_task(args.task, args.data_dir, tokenizer)
     variant = json.dumps({**RECIPE, **json.loads(args.variant)})
 
@@ -100,7 +102,7 @@ def main(argv=None):
         elif os.path.exists(cache):
             layers = torch.load(cache)
         else:
-            model = bilm_in_mode(mode)
+            model = bilm_in_mode(args.model, mode)
             layers = {
                 split: [layer.float() for layer in benchmark.bilm_layers(model, tokenizer, words[split], 64, split)]
                 for split in words
