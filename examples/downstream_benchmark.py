@@ -40,9 +40,10 @@ the numbers are those of heads that run the biLM themselves, at a fraction of th
 Layer probes (the paper's section 5.3, for `pos`): a linear classifier on each frozen layer alone (layer 0: the token
 vectors; then each biLSTM layer), trained with Adam on the training tokens; test accuracy per layer.
 
-Writes `results.json` (every seed's score, means, standard deviations, learned layer weights, settings, timings) and
-`layer_weights.png` (each task's learned layer weights, the paper's Figure 2; needs matplotlib) into `--output-dir`,
-and prints a Markdown table.
+Writes `results.json` (every seed's score, means, standard deviations, ELMo's gain seed by seed, learned layer weights,
+settings, timings) and `layer_weights.png` (each task's learned layer weights, the paper's Figure 2; needs matplotlib)
+into `--output-dir`, and prints Markdown tables: the rows, ELMo's gain (`all` - `without_elmo`) seed by seed beside
+two standard deviations of each row's seeds, the shares, the probes and the layer weights.
 """
 
 import argparse
@@ -467,6 +468,51 @@ def split_figures(seed_scores):
     }
 
 
+def elmo_gain(without_elmo, with_elmo):
+    """ELMo's gain seed by seed: `with_elmo` minus `without_elmo` (two rows' `split_figures` over the same seeds, in the
+    same order), per split: each seed's gain, their mean, and two standard deviations of each row's seeds and of the
+    gains, the spreads that a gain is weighed against."""
+    gains = {}
+    for split in ("dev", "test"):
+        without, with_ = without_elmo[split]["seeds"], with_elmo[split]["seeds"]
+        if len(without) != len(with_):
+            raise ValueError(f"ELMo's gain needs the same seeds in both rows, got {len(without)} and {len(with_)}")
+        seeds = [b - a for a, b in zip(without, with_)]
+        gains[split] = {
+            **summary(seeds),
+            "seeds": seeds,
+            "two_std": {
+                name: 2 * summary(values)["std"] for name, values in [("without_elmo", without), ("all", with_)]
+            },
+        }
+    return gains
+
+
+def gain_lines(results):
+    """Markdown rows of ELMo's gain seed by seed on each task's full training data (empty without both rows)."""
+    lines = []
+    for task, figures in results["tasks"].items():
+        rows = figures.get("rows", {})
+        if "without_elmo" not in rows or "all" not in rows:
+            continue
+        for split, gain in elmo_gain(rows["without_elmo"], rows["all"]).items():
+            spreads = gain["two_std"]
+            lines.append(
+                f"| {task} | {split} | {100 * gain['mean']:+.2f} | "
+                + ", ".join(f"{100 * value:+.2f}" for value in gain["seeds"])
+                + f" | {100 * spreads['without_elmo']:.2f} / {100 * spreads['all']:.2f} |"
+            )
+    if not lines:
+        return []
+    return [
+        "",
+        "| ELMo's gain (all - without_elmo) | split | mean, points | per seed | two standard deviations of the seeds:"
+        " without_elmo / all |",
+        "|---" * 5 + "|",
+        *lines,
+    ]
+
+
 def row_figure(row_scores):
     """One row's seeds: `split_figures`, chosen epochs and layer weights."""
     figure = split_figures(row_scores)
@@ -575,6 +621,7 @@ def markdown_table(results):
         baseline = f"{100 * figures['scikit_learn_baseline']['test']:.2f} ({BASELINE_NAMES[task]})"
         cells = [cell(figures["rows"].get(row)) for row in rows]
         lines.append(f"| {task} (test accuracy, %) | {baseline} | " + " | ".join(cells) + " |")
+    lines += gain_lines(results)
     fractions = results["tasks"].get("pos", {}).get("fractions", {})
     if fractions:
         share_rows = [row for row in rows if any(row in share for share in fractions.values())]
@@ -767,6 +814,8 @@ def main(argv=None):
                 for seed in args.seeds
             ]
             figures["fractions"][str(fraction)]["scikit_learn_baseline"] = split_figures(sampled)
+        if {"without_elmo", "all"} <= set(figures["rows"]):
+            figures["elmo_gain"] = elmo_gain(figures["rows"]["without_elmo"], figures["rows"]["all"])
         if task == "pos":
             tags = {split: [values[1:-1] for values in labels[split]] for split in labels}
             figures["probes"] = [

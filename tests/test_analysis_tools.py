@@ -1,8 +1,9 @@
-"""The analysis tools behind benchmarks/RESULTS.md figures: tools/ewt_error_breakdown.py's counts and
-tools/logged_step_batches.py's recomputed batches."""
+"""The analysis tools behind benchmarks/RESULTS.md figures: tools/ewt_error_breakdown.py's counts,
+tools/logged_step_batches.py's recomputed batches and tools/elmo_gain.py's pooled seeds."""
 
 import json
 
+import pytest
 from helpers import load_script, tiny_model
 from test_downstream_benchmark import write_decomp_wheel
 
@@ -10,6 +11,7 @@ from elmo_hf import ElmoTokenizer
 
 ewt_error_breakdown = load_script("ewt_error_breakdown", folder="tools")
 logged_step_batches = load_script("logged_step_batches", folder="tools")
+elmo_gain = load_script("elmo_gain", folder="tools")
 
 
 def test_the_error_breakdown_counts_each_taggers_errors_by_group():
@@ -82,3 +84,64 @@ def test_logged_step_batches_finds_the_batch_of_each_logged_update(tmp_path, cap
     assert int(rows[0][3]) == sum(2 + index % 16 for index in order[14:16])  # words and </S> of the 8th batch
     assert [row[4] for row in rows] == [f"0.{index}" for index in range(1, 9)]
     assert without_log == [row[:4] for row in rows]  # the same batches, without norms
+
+
+def benchmark_results(path, seeds, rows, model="bilm"):
+    """A results.json of downstream_benchmark.py: `rows` maps (task, row) to {seed: (dev, test)}."""
+    tasks = {}
+    for (task, row), scores in rows.items():
+        figure = {
+            split: {"seeds": [scores[seed][index] for seed in seeds]} for index, split in enumerate(["dev", "test"])
+        }
+        tasks.setdefault(task, {"rows": {}})["rows"][row] = figure
+    path.write_text(json.dumps({"model": model, "settings": {"seeds": seeds}, "tasks": tasks}), encoding="utf-8")
+    return str(path)
+
+
+def test_the_gain_tool_joins_seeds_and_rows_split_between_runs(tmp_path, capsys):
+    first = benchmark_results(
+        tmp_path / "a.json",
+        [0, 1],
+        {
+            ("sentiment", "without_elmo"): {0: (0.80, 0.78), 1: (0.79, 0.77)},
+            ("sentiment", "all"): {0: (0.81, 0.80), 1: (0.80, 0.76)},
+            ("pos", "all"): {0: (0.95, 0.96), 1: (0.95, 0.96)},
+        },
+    )
+    later_seeds = benchmark_results(
+        tmp_path / "b.json",
+        [3, 2],  # joined in seed order, not file order
+        {
+            ("sentiment", "without_elmo"): {3: (0.70, 0.70), 2: (0.75, 0.75)},
+            ("sentiment", "all"): {3: (0.72, 0.73), 2: (0.75, 0.76)},
+        },
+    )
+    other_row = benchmark_results(
+        tmp_path / "c.json", [0, 1], {("pos", "without_elmo"): {0: (0.92, 0.93), 1: (0.92, 0.92)}}
+    )
+    pooled = elmo_gain.main([first, later_seeds, other_row])
+    sentiment = pooled["tasks"]["sentiment"]
+    assert sentiment["seeds"] == {"without_elmo": [0, 1, 2, 3], "all": [0, 1, 2, 3]}
+    assert sentiment["rows"]["all"]["test"]["seeds"] == [0.80, 0.76, 0.76, 0.73]
+    printed = capsys.readouterr().out
+    assert "| sentiment | test | +1.25 | +2.00, -1.00, +1.00, +3.00 | " in printed  # all - without_elmo, per seed
+    assert "| pos | test | +3.50 | +3.00, +4.00 | 1.41 / 0.00 |" in printed  # two std of each row's seeds
+
+    gains = elmo_gain.downstream_benchmark.elmo_gain(
+        pooled["tasks"]["pos"]["rows"]["without_elmo"], pooled["tasks"]["pos"]["rows"]["all"]
+    )
+    assert gains["dev"]["seeds"] == pytest.approx([0.03, 0.03]) and gains["dev"]["two_std"]["all"] == 0.0
+
+
+def test_the_gain_tool_refuses_a_seed_given_twice_and_mixed_models(tmp_path):
+    rows = {("sentiment", "all"): {0: (0.8, 0.8)}}
+    first = benchmark_results(tmp_path / "a.json", [0], rows)
+    with pytest.raises(SystemExit, match="seed 0 of sentiment/all is in an earlier file too"):
+        elmo_gain.main([first, benchmark_results(tmp_path / "b.json", [0], rows)])
+    with pytest.raises(SystemExit, match="different models"):
+        elmo_gain.main(
+            [first, benchmark_results(tmp_path / "c.json", [1], {("sentiment", "all"): {1: (0.8, 0.8)}}, "other")]
+        )
+    unpaired = benchmark_results(tmp_path / "d.json", [2], {("sentiment", "without_elmo"): {2: (0.8, 0.8)}})
+    with pytest.raises(SystemExit, match="different seeds: \\[2\\] and \\[0\\]"):
+        elmo_gain.main([first, unpaired])

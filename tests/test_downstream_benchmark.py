@@ -180,6 +180,12 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
     assert "| pos (test accuracy, %) |" in table and "| sentiment (test accuracy, %) |" in table
     assert "(bag-of-words logistic regression) |" in table and "(feature-based logistic-regression tagger) |" in table
     assert "| 50% |" in table and "| learned layer weights" in table
+    for task in ("pos", "sentiment"):  # ELMo's gain seed by seed, saved and printed
+        rows, gain = results["tasks"][task]["rows"], results["tasks"][task]["elmo_gain"]["test"]
+        assert gain["seeds"] == pytest.approx(
+            [b - a for a, b in zip(rows["without_elmo"]["test"]["seeds"], rows["all"]["test"]["seeds"])]
+        )
+        assert f"| {task} | test | {100 * gain['mean']:+.2f} | " in table
     assert (tmp_path / "out" / "layer_weights.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # Only a share of the tags, given at least 4 updates: 3 sentences are one batch, so 4 epochs instead of 2; with a
