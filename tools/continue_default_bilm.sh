@@ -25,6 +25,12 @@
 #         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
 #     bash tools/evaluate_default_bilm.sh outputs/eval-tenth-run   # what it was shipped on: about 48 minutes
 #
+# The eleventh run, from the tenth's model, is one decay over 16,000 steps, longer than a session: its state lives in
+# training/english-eleventh-run, and the same command, run again, resumes it exactly:
+#
+#     START_COMMIT=b7d001e STEPS=16000 THREADS=2 LEARNING_RATE=1e-3 SEED=9 OUT=training/english-eleventh-run \
+#         MINUTES=120 bash tools/continue_default_bilm.sh
+#
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
 # resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps). For a
 # run that may outlast its machine, set OUT under training/ (OUT=training/english-eleventh-run): git keeps only
