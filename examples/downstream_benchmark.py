@@ -470,8 +470,8 @@ def split_figures(seed_scores):
 
 def elmo_gain(without_elmo, with_elmo):
     """ELMo's gain seed by seed: `with_elmo` minus `without_elmo` (two rows' `split_figures` over the same seeds, in the
-    same order), per split: each seed's gain, their mean, and two standard deviations of each row's seeds and of the
-    gains, the spreads that a gain is weighed against."""
+    same order), per split: each seed's gain, their mean and standard deviation, and two standard deviations of each
+    row's seeds, the spreads that a gain is weighed against."""
     gains = {}
     for split in ("dev", "test"):
         without, with_ = without_elmo[split]["seeds"], with_elmo[split]["seeds"]
@@ -481,9 +481,7 @@ def elmo_gain(without_elmo, with_elmo):
         gains[split] = {
             **summary(seeds),
             "seeds": seeds,
-            "two_std": {
-                name: 2 * summary(values)["std"] for name, values in [("without_elmo", without), ("all", with_)]
-            },
+            "two_std": {"without_elmo": 2 * without_elmo[split]["std"], "all": 2 * with_elmo[split]["std"]},
         }
     return gains
 

@@ -4,7 +4,8 @@
 #   lane 1: polarity, seeds 0-5, with and without ELMo; the card's per-source held-out perplexity (written into the
 #           model's eval_results.json); int8's lowest cosine (benchmark_precision.py); polarity, seeds 6-11;
 #   lane 2: the tags with ELMo (seeds 0-2; all of EWT, 1% and 10%, the probes), then without ELMo.
-# Then ELMo's gain seed by seed (tools/elmo_gain.py). About 48 minutes on two AMD EPYC threads.
+# Then ELMo's gain seed by seed (tools/elmo_gain.py). The same jobs, run by hand in these lanes for the tenth run,
+# took 48 minutes on two AMD EPYC threads.
 #
 #     bash tools/evaluate_default_bilm.sh outputs/eval-eleventh-run
 #
