@@ -831,7 +831,8 @@ def main(argv=None):
     ):
         print("layer_weights.png not written: pip install matplotlib", file=sys.stderr)
     print(markdown_table(results))
-    print(f"\n{results['seconds'] / 60:.1f} minutes on {cpu}, {results['threads']} threads")
+    threads = results["threads"]
+    print(f"\n{results['seconds'] / 60:.1f} minutes on {cpu}, {threads} thread{'' if threads == 1 else 's'}")
     return results
 
 

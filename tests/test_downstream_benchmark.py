@@ -180,6 +180,7 @@ def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, cap
     assert "| pos (test accuracy, %) |" in table and "| sentiment (test accuracy, %) |" in table
     assert "(bag-of-words logistic regression) |" in table and "(feature-based logistic-regression tagger) |" in table
     assert "| 50% |" in table and "| learned layer weights" in table
+    assert table.rstrip().endswith(" 1 thread")  # the run's time, on one thread (the fixture's)
     for task in ("pos", "sentiment"):  # ELMo's gain seed by seed, saved and printed
         rows, gain = results["tasks"][task]["rows"], results["tasks"][task]["elmo_gain"]["test"]
         assert gain["seeds"] == pytest.approx(
