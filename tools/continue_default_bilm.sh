@@ -3,8 +3,8 @@
 # mix, from a packaged float16 model taken from this clone's history (START_COMMIT, a commit: by default 5fbacbc, which
 # shipped the first run), with a new AdamW state, 100 warm-up steps to LEARNING_RATE (1.5e-3) and a linear decay to 0,
 # batches in the order that SEED (1) draws. The sixth run is where the seventh (tools/gpu_train_bilm.sh with
-# START_MODEL, on a GPU) started; the eighth continued the seventh, the ninth the eighth, and the tenth, the shipped
-# model's last, the ninth:
+# START_MODEL, on a GPU) started; the eighth continued the seventh, the ninth the eighth, the tenth the ninth, and the
+# eleventh, the shipped model's last, the tenth:
 #
 #     STEPS=4000 THREADS=2 bash tools/continue_default_bilm.sh   # the second run: 38 minutes on two AMD EPYC threads
 #     START_COMMIT=e164203 STEPS=5500 THREADS=2 LEARNING_RATE=1e-3 SEED=2 OUT=outputs/english-third-run \
@@ -21,19 +21,15 @@
 #         bash tools/continue_default_bilm.sh                   # the ninth run, from the eighth's model: 62 minutes
 #     START_COMMIT=9929160 STEPS=8000 THREADS=2 LEARNING_RATE=1e-3 SEED=8 OUT=training/english-tenth-run \
 #         bash tools/continue_default_bilm.sh                   # the tenth run, from the ninth's model: 63 minutes
-#     python conversion/package_default_model.py training/english-tenth-run/run --num-sampled-negatives 1024 \
-#         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
-#     bash tools/evaluate_default_bilm.sh outputs/eval-tenth-run   # what it was shipped on: about 48 minutes
-#
-# The eleventh run, from the tenth's model, is one decay over 16,000 steps, longer than a session: its state lives in
-# training/english-eleventh-run, and the same command, run again, resumes it exactly:
-#
 #     START_COMMIT=b7d001e STEPS=16000 THREADS=2 LEARNING_RATE=1e-3 SEED=9 OUT=training/english-eleventh-run \
-#         MINUTES=120 bash tools/continue_default_bilm.sh
+#         MINUTES=120 bash tools/continue_default_bilm.sh       # the eleventh, from the tenth's: 177 minutes, resumed once
+#     python conversion/package_default_model.py training/english-eleventh-run/run --num-sampled-negatives 1024 \
+#         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
+#     bash tools/evaluate_default_bilm.sh outputs/eval-eleventh-run   # what it was shipped on: about an hour
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
 # resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps). For a
-# run that may outlast its machine, set OUT under training/ (OUT=training/english-eleventh-run): git keeps only
+# run that may outlast its machine, set OUT under training/ (OUT=training/english-twelfth-run): git keeps only
 # $OUT/run/checkpoint-N there (weights, AdamW state, scheduler, random states: 94 MB), so commit it before the session
 # ends and any clone resumes it exactly; once packaged, delete the folder in a commit.
 set -euo pipefail
