@@ -4,8 +4,8 @@
 #   lane 1: polarity, seeds 0-5, with and without ELMo; the card's per-source held-out perplexity (written into the
 #           model's eval_results.json); int8's lowest cosine (benchmark_precision.py); polarity, seeds 6-11;
 #   lane 2: the tags with ELMo (seeds 0-2; all of EWT, 1% and 10%, the probes), then without ELMo.
-# Then ELMo's gain seed by seed (tools/elmo_gain.py). The same jobs, run by hand in these lanes for the tenth run,
-# took 48 minutes on two AMD EPYC threads.
+# Then ELMo's gain seed by seed (tools/elmo_gain.py). For the eleventh run it took 52 minutes on two AMD EPYC threads
+# (lane 1: polarity 21 and 20 minutes, the perplexity and precision jobs between; lane 2: the tags 29 and 19).
 #
 #     bash tools/evaluate_default_bilm.sh outputs/eval-eleventh-run
 #
