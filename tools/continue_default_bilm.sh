@@ -27,11 +27,15 @@
 #         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
 #     bash tools/evaluate_default_bilm.sh outputs/eval-eleventh-run   # what it was shipped on: about an hour
 #
-# The twelfth run, from the eleventh's model, is 12,000 steps begun at the end of a session: its state lives in
-# training/english-twelfth-run until it is packaged, and the same command, run again, resumes it exactly:
+# The twelfth run, from the eleventh's model, took two sessions (2,455 steps, then the rest after a resume on a new
+# machine); its last checkpoint stays in training/english-twelfth-run until the model is packaged and measured:
 #
 #     START_COMMIT=9b633d7 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=10 OUT=training/english-twelfth-run \
-#         MINUTES=100 bash tools/continue_default_bilm.sh
+#         MINUTES=100 bash tools/continue_default_bilm.sh       # the twelfth, from the eleventh's: 148 minutes
+#     python conversion/package_default_model.py training/english-twelfth-run/run/checkpoint-12000 \
+#         --num-sampled-negatives 1024 --output-dir elmo_hf/pretrained/elmo-english-small \
+#         --evaluate test_subset=tests/data/english_test_subset.txt
+#     bash tools/evaluate_default_bilm.sh outputs/eval-twelfth-run
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
 # resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps). For a
