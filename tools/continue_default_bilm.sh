@@ -4,7 +4,7 @@
 # shipped the first run), with a new AdamW state, 100 warm-up steps to LEARNING_RATE (1.5e-3) and a linear decay to 0,
 # batches in the order that SEED (1) draws. The sixth run is where the seventh (tools/gpu_train_bilm.sh with
 # START_MODEL, on a GPU) started; the eighth continued the seventh, the ninth the eighth, the tenth the ninth, and the
-# eleventh, the shipped model's last, the tenth:
+# eleventh the tenth, and the twelfth, the shipped model's last, the eleventh:
 #
 #     STEPS=4000 THREADS=2 bash tools/continue_default_bilm.sh   # the second run: 38 minutes on two AMD EPYC threads
 #     START_COMMIT=e164203 STEPS=5500 THREADS=2 LEARNING_RATE=1e-3 SEED=2 OUT=outputs/english-third-run \
@@ -22,20 +22,13 @@
 #     START_COMMIT=9929160 STEPS=8000 THREADS=2 LEARNING_RATE=1e-3 SEED=8 OUT=training/english-tenth-run \
 #         bash tools/continue_default_bilm.sh                   # the tenth run, from the ninth's model: 63 minutes
 #     START_COMMIT=b7d001e STEPS=16000 THREADS=2 LEARNING_RATE=1e-3 SEED=9 OUT=training/english-eleventh-run \
-#         MINUTES=120 bash tools/continue_default_bilm.sh       # the eleventh, from the tenth's: 177 minutes, resumed once
-#     python conversion/package_default_model.py training/english-eleventh-run/run --num-sampled-negatives 1024 \
-#         --output-dir elmo_hf/pretrained/elmo-english-small --evaluate test_subset=tests/data/english_test_subset.txt
-#     bash tools/evaluate_default_bilm.sh outputs/eval-eleventh-run   # what it was shipped on: about an hour
-#
-# The twelfth run, from the eleventh's model, took two sessions (2,455 steps, then the rest after a resume on a new
-# machine); its last checkpoint stays in training/english-twelfth-run until the model is packaged and measured:
-#
+#         MINUTES=120 bash tools/continue_default_bilm.sh       # the eleventh, from the tenth's: 177 minutes, resumed
 #     START_COMMIT=9b633d7 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=10 OUT=training/english-twelfth-run \
-#         MINUTES=100 bash tools/continue_default_bilm.sh       # the twelfth, from the eleventh's: 148 minutes
+#         MINUTES=100 bash tools/continue_default_bilm.sh       # the twelfth, from the eleventh's: 148 minutes, resumed
 #     python conversion/package_default_model.py training/english-twelfth-run/run/checkpoint-12000 \
 #         --num-sampled-negatives 1024 --output-dir elmo_hf/pretrained/elmo-english-small \
 #         --evaluate test_subset=tests/data/english_test_subset.txt
-#     bash tools/evaluate_default_bilm.sh outputs/eval-twelfth-run
+#     bash tools/evaluate_default_bilm.sh outputs/eval-twelfth-run   # what it was shipped on: about an hour
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
 # resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps). For a
