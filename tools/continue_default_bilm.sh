@@ -3,8 +3,8 @@
 # mix, from a packaged float16 model taken from this clone's history (START_COMMIT, a commit: by default 5fbacbc, which
 # shipped the first run), with a new AdamW state, 100 warm-up steps to LEARNING_RATE (1.5e-3) and a linear decay to 0,
 # batches in the order that SEED (1) draws. The sixth run is where the seventh (tools/gpu_train_bilm.sh with
-# START_MODEL, on a GPU) started; the eighth continued the seventh, the ninth the eighth, the tenth the ninth, and the
-# eleventh the tenth, and the twelfth, the shipped model's last, the eleventh:
+# START_MODEL, on a GPU) started; the eighth continued the seventh, the ninth the eighth, the tenth the ninth, the
+# eleventh the tenth, the twelfth the eleventh, and the thirteenth, the shipped model's last, the twelfth:
 #
 #     STEPS=4000 THREADS=2 bash tools/continue_default_bilm.sh   # the second run: 38 minutes on two AMD EPYC threads
 #     START_COMMIT=e164203 STEPS=5500 THREADS=2 LEARNING_RATE=1e-3 SEED=2 OUT=outputs/english-third-run \
@@ -25,24 +25,16 @@
 #         MINUTES=120 bash tools/continue_default_bilm.sh       # the eleventh, from the tenth's: 177 minutes, resumed
 #     START_COMMIT=9b633d7 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=10 OUT=training/english-twelfth-run \
 #         MINUTES=100 bash tools/continue_default_bilm.sh       # the twelfth, from the eleventh's: 148 minutes, resumed
-#     python conversion/package_default_model.py training/english-twelfth-run/run/checkpoint-12000 \
-#         --num-sampled-negatives 1024 --output-dir elmo_hf/pretrained/elmo-english-small \
-#         --evaluate test_subset=tests/data/english_test_subset.txt
-#     bash tools/evaluate_default_bilm.sh outputs/eval-twelfth-run   # what it was shipped on: about an hour
-#
-# The thirteenth run, from the twelfth's model, took 79 minutes on two Intel Xeon threads (4,366 tokens/s); its last
-# checkpoint stays in training/english-thirteenth-run until the model is packaged and measured in full:
-#
 #     START_COMMIT=9fa94b0 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=11 OUT=training/english-thirteenth-run \
-#         MINUTES=100 bash tools/continue_default_bilm.sh       # run it again to resume after an interruption
+#         MINUTES=100 bash tools/continue_default_bilm.sh       # the thirteenth: 79 minutes on two Intel Xeon threads
 #     python conversion/package_default_model.py training/english-thirteenth-run/run/checkpoint-12000 \
 #         --num-sampled-negatives 1024 --output-dir elmo_hf/pretrained/elmo-english-small \
 #         --evaluate test_subset=tests/data/english_test_subset.txt
-#     bash tools/evaluate_default_bilm.sh outputs/eval-thirteenth-run
+#     bash tools/evaluate_default_bilm.sh outputs/eval-thirteenth-run   # what it was shipped on: about an hour
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
 # resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps). For a
-# run that may outlast its machine, set OUT under training/ (OUT=training/english-thirteenth-run): git keeps only
+# run that may outlast its machine, set OUT under training/ (OUT=training/english-fourteenth-run): git keeps only
 # $OUT/run/checkpoint-N there (weights, AdamW state, scheduler, random states: 94 MB), so commit it before the session
 # ends and any clone resumes it exactly; once packaged, delete the folder in a commit.
 set -euo pipefail

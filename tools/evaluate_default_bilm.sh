@@ -4,11 +4,11 @@
 #   lane 1: polarity, seeds 0-5, with and without ELMo; the card's per-source held-out perplexity (written into the
 #           model's eval_results.json); int8's lowest cosine (benchmark_precision.py); polarity, seeds 6-11;
 #   lane 2: the tags with ELMo (seeds 0-2; all of EWT, 1% and 10%, the probes), then without ELMo.
-# Then ELMo's gain seed by seed (tools/elmo_gain.py). For the twelfth run it took 47 minutes on two Intel Xeon threads
-# (lane 1: polarity 21 and 20 minutes, the perplexity job's 6 and the precision job's 0.2 between; lane 2: the tags 27
-# and 19), for the eleventh 52 on two AMD EPYC threads.
+# Then ELMo's gain seed by seed (tools/elmo_gain.py). For the thirteenth run it took 54 minutes on two AMD EPYC threads
+# (lane 1: polarity 22 and 22 minutes, the perplexity job's 8 and the precision job's 0.3 between; lane 2: the tags 30
+# and 20), for the twelfth 47 on two Intel Xeon threads.
 #
-#     bash tools/evaluate_default_bilm.sh outputs/eval-twelfth-run
+#     bash tools/evaluate_default_bilm.sh outputs/eval-thirteenth-run
 #
 # Each job writes OUT/NAME.log, the benchmarks OUT/NAME/results.json (NAME: sentiment, sentiment-seeds6to11, pos,
 # pos-without-elmo), the precision benchmark OUT/precision.json. Needs `elmo-hf build-corpus` in CORPUS
