@@ -32,8 +32,9 @@
 #         --evaluate test_subset=tests/data/english_test_subset.txt
 #     bash tools/evaluate_default_bilm.sh outputs/eval-thirteenth-run   # what it was shipped on: about an hour
 #
-# The fourteenth run, from the thirteenth's model, began on two AMD EPYC threads; its last checkpoint stays in
-# training/english-fourteenth-run until it is finished, packaged and measured in full:
+# The fourteenth run, from the thirteenth's model, stopped at its time limit at step 6,760 of 12,000 (11.6M tokens in
+# 78 minutes on two AMD EPYC threads); its last checkpoint stays in training/english-fourteenth-run until it is
+# finished, packaged and measured in full:
 #
 #     START_COMMIT=5273362 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=12 OUT=training/english-fourteenth-run \
 #         MINUTES=100 bash tools/continue_default_bilm.sh       # run it again to resume it exactly
