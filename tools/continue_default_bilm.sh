@@ -38,6 +38,12 @@
 #         --evaluate test_subset=tests/data/english_test_subset.txt
 #     bash tools/evaluate_default_bilm.sh outputs/eval-fourteenth-run   # what it was shipped on: about an hour
 #
+# The fifteenth run, from the fourteenth's model (f9a36f0), keeps its last checkpoint in training/english-fifteenth-run
+# until it is finished, packaged and measured in full:
+#
+#     START_COMMIT=f9a36f0 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=13 OUT=training/english-fifteenth-run \
+#         MINUTES=100 bash tools/continue_default_bilm.sh       # run it again to resume it exactly
+#
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
 # resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps). For a
 # run that may outlast its machine, set OUT under training/ (OUT=training/english-fifteenth-run): git keeps only
