@@ -38,8 +38,9 @@
 #         --evaluate test_subset=tests/data/english_test_subset.txt
 #     bash tools/evaluate_default_bilm.sh outputs/eval-fourteenth-run   # what it was shipped on: about an hour
 #
-# The fifteenth run, from the fourteenth's model (f9a36f0), keeps its last checkpoint in training/english-fifteenth-run
-# until it is finished, packaged and measured in full:
+# The fifteenth run, from the fourteenth's model (f9a36f0), stopped at its time limit at step 4,862 of 12,000 (8.3M
+# tokens in 44 minutes on two AMD EPYC threads); its last checkpoint stays in training/english-fifteenth-run until it
+# is finished, packaged and measured in full:
 #
 #     START_COMMIT=f9a36f0 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=13 OUT=training/english-fifteenth-run \
 #         MINUTES=100 bash tools/continue_default_bilm.sh       # run it again to resume it exactly
