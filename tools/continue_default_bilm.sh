@@ -4,8 +4,8 @@
 # shipped the first run), with a new AdamW state, 100 warm-up steps to LEARNING_RATE (1.5e-3) and a linear decay to 0,
 # batches in the order that SEED (1) draws. The sixth run is where the seventh (tools/gpu_train_bilm.sh with
 # START_MODEL, on a GPU) started; the eighth continued the seventh, the ninth the eighth, the tenth the ninth, the
-# eleventh the tenth, the twelfth the eleventh, the thirteenth the twelfth, and the fourteenth, the shipped model's
-# last, the thirteenth:
+# eleventh the tenth, the twelfth the eleventh, the thirteenth the twelfth, the fourteenth the thirteenth, and the
+# fifteenth, the shipped model's last, the fourteenth:
 #
 #     STEPS=4000 THREADS=2 bash tools/continue_default_bilm.sh   # the second run: 38 minutes on two AMD EPYC threads
 #     START_COMMIT=e164203 STEPS=5500 THREADS=2 LEARNING_RATE=1e-3 SEED=2 OUT=outputs/english-third-run \
@@ -36,18 +36,16 @@
 #     python conversion/package_default_model.py training/english-fourteenth-run/run/checkpoint-12000 \
 #         --num-sampled-negatives 1024 --output-dir elmo_hf/pretrained/elmo-english-small \
 #         --evaluate test_subset=tests/data/english_test_subset.txt
-#     bash tools/evaluate_default_bilm.sh outputs/eval-fourteenth-run   # what it was shipped on: about an hour
-#
-# The fifteenth run, from the fourteenth's model (f9a36f0), stopped at its time limit at step 4,862 of 12,000 (8.3M
-# tokens in 44 minutes on two AMD EPYC threads); its last checkpoint stays in training/english-fifteenth-run until it
-# is finished, packaged and measured in full:
-#
 #     START_COMMIT=f9a36f0 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=13 OUT=training/english-fifteenth-run \
-#         MINUTES=100 bash tools/continue_default_bilm.sh       # run it again to resume it exactly
+#         MINUTES=100 bash tools/continue_default_bilm.sh       # the fifteenth: 105 minutes in two sessions, resumed
+#     python conversion/package_default_model.py training/english-fifteenth-run/run/checkpoint-12000 \
+#         --num-sampled-negatives 1024 --output-dir elmo_hf/pretrained/elmo-english-small \
+#         --evaluate test_subset=tests/data/english_test_subset.txt
+#     bash tools/evaluate_default_bilm.sh outputs/eval-fifteenth-run   # what it was shipped on: about an hour
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
 # resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps). For a
-# run that may outlast its machine, set OUT under training/ (OUT=training/english-fifteenth-run): git keeps only
+# run that may outlast its machine, set OUT under training/ (OUT=training/english-sixteenth-run): git keeps only
 # $OUT/run/checkpoint-N there (weights, AdamW state, scheduler, random states: 94 MB), so commit it before the session
 # ends and any clone resumes it exactly; once packaged, delete the folder in a commit.
 set -euo pipefail
