@@ -83,6 +83,7 @@ from elmo_hf.task_words import (
 )
 from elmo_hf.training_schedule import MIN_UPDATES, epochs_for_min_updates, updates_per_epoch
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
+from elmo_hf.weight_averaging import WeightAveragingArguments
 
 DECOMP = "decomp==0.3.2"
 VADER = "vaderSentiment==3.3.2"
@@ -264,10 +265,13 @@ class BestEpochOnDev(TrainerCallback):
     weights: the choice `--load_best_model_at_end --metric_for_best_model accuracy` makes in the recipe
     (`last=True`: of the last epoch instead)."""
 
-    def __init__(self, datasets, batch_size, last=False):
+    def __init__(self, datasets, batch_size, last=False, weight_averaging=None):
         self.datasets, self.batch_size, self.last, self.best = datasets, batch_size, last, None
+        self.weight_averaging = weight_averaging  # a WeightAveragingCallback: its average is what gets scored
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
+        if self.weight_averaging is not None:
+            self.weight_averaging.put_average_in_model()  # back to the raw weights at the next update
         dev = accuracy(model, self.datasets["dev"], self.batch_size)
         if self.best is None or self.last or dev > self.best["dev"]:  # test is scored only for a kept epoch
             mix = model.task_encoder.input_mix
@@ -315,7 +319,10 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
     model = head_class(config)
     if task_words is not None:
         initialise_task_words(model, bilm_path=args.model)
-    best_epoch = epoch_choice(datasets, 4 * args.batch_size, last=not args.epoch_on_dev)
+    averaging = WeightAveragingArguments(args.weight_average_decay).callbacks()
+    best_epoch = epoch_choice(
+        datasets, 4 * args.batch_size, last=not args.epoch_on_dev, weight_averaging=(averaging or [None])[0]
+    )
     per_epoch = updates_per_epoch(len(datasets["train"]), args.batch_size)
     epochs = epochs_for_min_updates(args.epochs[task], per_epoch, args.min_updates)  # small shares: more epochs
     with tempfile.TemporaryDirectory() as output_dir:
@@ -340,7 +347,7 @@ def train_head(args, task, row, seed, bilm_config, datasets, num_labels, task_wo
             args=training_args,
             train_dataset=datasets["train"],
             data_collator=collate,
-            callbacks=[best_epoch],
+            callbacks=[*averaging, best_epoch],  # the average is updated before the epoch is scored
         )
         trainer.remove_callback(PrinterCallback)  # one progress bar over the runs instead of a line per run
         trainer.train()
@@ -718,6 +725,12 @@ def parse_arguments(argv=None):
         type=int,
         default=MIN_UPDATES,
         help="train at least this many batches (more epochs on a small share of the training sentences)",
+    )
+    parser.add_argument(
+        "--weight-average-decay",
+        type=float,
+        default=0.0,
+        help="score an exponential moving average of the head's weights with this decay per update (0: off)",
     )
     parser.add_argument("--probe-epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)

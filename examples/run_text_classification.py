@@ -37,6 +37,7 @@ from elmo_hf.metrics import metric_path
 from elmo_hf.task_words import TaskWordArguments
 from elmo_hf.training_schedule import MinUpdatesArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
+from elmo_hf.weight_averaging import WeightAveragingArguments
 
 HEAD_FIELDS = (
     "freeze_bilm",
@@ -106,9 +107,18 @@ def label_names(splits, label_column):
 
 def main(argv=None):
     parser = HfArgumentParser(
-        (ModelArguments, TaskWordArguments, DataArguments, MinUpdatesArguments, TrainingArguments)
+        (
+            ModelArguments,
+            TaskWordArguments,
+            DataArguments,
+            MinUpdatesArguments,
+            WeightAveragingArguments,
+            TrainingArguments,
+        )
     )
-    model_args, task_word_args, data_args, schedule_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, task_word_args, data_args, schedule_args, averaging_args, training_args = (
+        parser.parse_args_into_dataclasses(args=argv)
+    )
     splits = load_splits(data_args)
     names = label_names(splits, data_args.label_column_name)
     existing = elmo_hf.ElmoConfig.from_pretrained(model_args.model_name_or_path)
@@ -183,6 +193,7 @@ def main(argv=None):
         data_collator=DataCollatorWithPadding(tokenizer),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
+        callbacks=averaging_args.callbacks(),
     )
     if training_args.do_train:
         trainer.train()

@@ -40,6 +40,7 @@ from elmo_hf.metrics import metric_path
 from elmo_hf.task_words import TaskWordArguments
 from elmo_hf.training_schedule import MinUpdatesArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
+from elmo_hf.weight_averaging import WeightAveragingArguments
 
 HEAD_FIELDS = (
     "use_crf",
@@ -170,9 +171,18 @@ def tokenize_and_align(examples, tokenizer, label2id, text_column, label_column,
 
 def main(argv=None):
     parser = HfArgumentParser(
-        (ModelArguments, TaskWordArguments, DataArguments, MinUpdatesArguments, TrainingArguments)
+        (
+            ModelArguments,
+            TaskWordArguments,
+            DataArguments,
+            MinUpdatesArguments,
+            WeightAveragingArguments,
+            TrainingArguments,
+        )
     )
-    model_args, task_word_args, data_args, schedule_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, task_word_args, data_args, schedule_args, averaging_args, training_args = (
+        parser.parse_args_into_dataclasses(args=argv)
+    )
     splits = load_splits(data_args)
     names, are_ids = tag_names(splits, data_args.label_column_name)
 
@@ -249,6 +259,7 @@ def main(argv=None):
         data_collator=DataCollatorForTokenClassification(tokenizer),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
+        callbacks=averaging_args.callbacks(),
     )
     if training_args.do_train:
         trainer.train()

@@ -114,6 +114,21 @@ def random_batch(generator, batch, max_words, chars, vocabulary=7):
     return input_ids, lengths
 
 
+def tiny_script_inputs(folder, script):
+    """A tiny biLM folder and 12 training examples for an example script (`run_token_classification` or
+    `run_text_classification`) under `folder`: `(bilm folder, training file)`."""
+    bilm = folder / "bilm"
+    tiny_model().save_pretrained(bilm)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(bilm)
+    if script == "run_token_classification":
+        train = folder / "train.conll"
+        train.write_text("\n\n".join(f"the\tX\n{word}\tN" for word in ["cat", "dog", "mat"] * 4) + "\n")
+    else:
+        train = folder / "train.csv"
+        train.write_text("text,label\n" + "the cat,a\nthe dog,b\n" * 6)
+    return bilm, train
+
+
 def tiny_model_and_batch(model_seed, batch_seed, batch, max_words):
     """A tiny float32 model (`tiny_model(seed=model_seed)`) and a `random_batch` of char ids for it."""
     model = tiny_model(seed=model_seed)

@@ -124,6 +124,19 @@ def test_a_row_reports_the_test_accuracy_of_its_epoch_best_on_dev(monkeypatch):
     assert (last.best["dev"], last.best["test"], last.best["epoch"]) == (0.60, 0.99, 3)  # --no-epoch-on-dev
 
 
+def test_with_weight_averaging_each_epoch_is_scored_on_the_average(monkeypatch):
+    model = types.SimpleNamespace(task_encoder=types.SimpleNamespace(input_mix=None), train=lambda: None, weights="raw")
+    averaging = types.SimpleNamespace(put_average_in_model=lambda: setattr(model, "weights", "average"))
+    seen = []
+    monkeypatch.setattr(
+        downstream_benchmark, "accuracy", lambda model, dataset, size: seen.append(model.weights) or 0.5
+    )
+    callback = downstream_benchmark.BestEpochOnDev({"dev": None, "test": None}, 8, weight_averaging=averaging)
+    callback.on_epoch_end(None, types.SimpleNamespace(epoch=1.0), None, model=model)
+    assert seen == ["average", "average"]  # dev and test
+    assert downstream_benchmark.parse_arguments(["--model", "m", "--output-dir", "o"]).weight_average_decay == 0.0
+
+
 def test_the_script_runs_end_to_end_and_writes_its_table(data_dir, tmp_path, capsys, one_thread, monkeypatch):
     model_dir = tmp_path / "bilm"
     model = tiny_model()

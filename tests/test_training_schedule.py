@@ -3,10 +3,9 @@ raising the epochs on a small training set, while `--num_train_epochs`, `--min_u
 their meaning; and the example scripts apply it."""
 
 import pytest
-from helpers import load_script, tiny_model
+from helpers import load_script, tiny_script_inputs
 from transformers import TrainingArguments
 
-from elmo_hf import ElmoTokenizer
 from elmo_hf.training_schedule import MIN_UPDATES, MinUpdatesArguments, epochs_for_min_updates, updates_per_epoch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -61,15 +60,7 @@ def test_the_user_s_epochs_steps_and_batching_are_respected(tmp_path):
 
 @pytest.mark.parametrize("script", ["run_token_classification", "run_text_classification"])
 def test_the_example_scripts_train_at_least_min_updates(tmp_path, capsys, script):
-    bilm = tmp_path / "bilm"
-    tiny_model().save_pretrained(bilm)
-    ElmoTokenizer(max_characters_per_token=20).save_pretrained(bilm)
-    if script == "run_token_classification":
-        train = tmp_path / "train.conll"
-        train.write_text("\n\n".join(f"the\tX\n{word}\tN" for word in ["cat", "dog", "mat"] * 4) + "\n")
-    else:
-        train = tmp_path / "train.csv"
-        train.write_text("text,label\n" + "the cat,a\nthe dog,b\n" * 6)
+    bilm, train = tiny_script_inputs(tmp_path, script)
     arguments = [
         *("--model_name_or_path", bilm, "--train_file", train, "--output_dir", tmp_path / "out", "--do_train"),
         *("--per_device_train_batch_size", 4, "--num_train_epochs", 1, "--min_updates", 7),
