@@ -40,6 +40,11 @@ class Rows(torch.utils.data.Dataset):
         return {"features": self.features[index], "target": self.target[index]}
 
 
+def linear_weights(weights):
+    """The linear layer's weight and bias as one flat copy, from a model's parameters or a saved state dict."""
+    return torch.cat([weights["linear.weight"].flatten(), weights["linear.bias"]]).detach().clone()
+
+
 class WeightsAt(TrainerCallback):
     """The linear layer's weights after every update, and at every evaluation (callbacks run in order: put it
     after the averaging callback to see what the evaluation saw)."""
@@ -48,10 +53,10 @@ class WeightsAt(TrainerCallback):
         self.after_update, self.at_evaluation = [], {}
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        self.after_update.append(torch.cat([model.linear.weight.flatten(), model.linear.bias]).detach().clone())
+        self.after_update.append(linear_weights(dict(model.named_parameters())))
 
     def on_evaluate(self, args, state, control, model=None, **kwargs):
-        self.at_evaluation[state.global_step] = torch.cat([model.linear.weight.flatten(), model.linear.bias]).clone()
+        self.at_evaluation[state.global_step] = linear_weights(dict(model.named_parameters()))
 
 
 def train(tmp_path, name, callbacks, **options):
@@ -96,7 +101,7 @@ def test_training_follows_the_raw_weights_and_everything_else_sees_their_average
         save_strategy="steps",
         save_steps=4,
     ).model
-    final = torch.cat([model.linear.weight.flatten(), model.linear.bias]).detach()
+    final = linear_weights(dict(model.named_parameters()))
     # Evaluations and saves every 4 updates swapped the average in and out: the raw course is unchanged, so the
     # final average is the plain run's average to float32 rounding.
     torch.testing.assert_close(final, expected[-1], rtol=0, atol=1e-6)
@@ -105,9 +110,7 @@ def test_training_follows_the_raw_weights_and_everything_else_sees_their_average
     for step, weights in seen.at_evaluation.items():
         torch.testing.assert_close(weights, expected[step - 1], rtol=0, atol=1e-6)
         saved = load_file(os.path.join(tmp_path, "averaged", f"checkpoint-{step}", "model.safetensors"))
-        torch.testing.assert_close(
-            torch.cat([saved["linear.weight"].flatten(), saved["linear.bias"]]), expected[step - 1], rtol=0, atol=1e-6
-        )
+        torch.testing.assert_close(linear_weights(saved), expected[step - 1], rtol=0, atol=1e-6)
         torch.testing.assert_close(saved["frozen"], torch.ones(2))  # only trainable weights are averaged
 
 
@@ -115,7 +118,7 @@ def test_without_evaluations_the_final_model_is_the_average(tmp_path):
     plain = WeightsAt()
     train(tmp_path, "plain", [plain], save_strategy="no")
     model = train(tmp_path, "averaged", [WeightAveragingCallback(DECAY)], save_strategy="no").model
-    final = torch.cat([model.linear.weight.flatten(), model.linear.bias]).detach()
+    final = linear_weights(dict(model.named_parameters()))
     torch.testing.assert_close(final, moving_averages(plain.after_update, DECAY)[-1], rtol=0, atol=1e-6)
 
 
