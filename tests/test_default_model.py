@@ -196,7 +196,7 @@ def test_perplexity_recomputed_by_a_plain_loop_over_the_full_softmax():
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_card_names_the_script_that_reproduces_its_full_numbers(name):
-    assert f"python tools/default_model_perplexity.py --model {name}" in CARDS[name]
+    assert f"python recipes/english-bilm/perplexity_table.py --model {name}" in CARDS[name]
     script = load_script("default_model_perplexity", folder="tools")
     table = script.card_table(CARDS[name])  # what the script checks its recomputed figures against
     for split in ("valid", "test"):
