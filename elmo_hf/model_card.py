@@ -16,6 +16,7 @@ import pathlib
 import re
 import string
 import tempfile
+from dataclasses import dataclass, field
 
 TEMPLATE_PATH = pathlib.Path(__file__).with_name("model_card.md")
 CONVERSION_REPORT_NAME = "conversion_report.json"
@@ -257,6 +258,62 @@ def upload_model_card_if_missing(model, repo_id, *, token=None, private=None, re
             commit_message="Add the elmo-hf model card",
         )
     return repo_id
+
+
+@dataclass
+class ModelCardArguments:
+    """The card of a head trained by `examples/run_*_classification.py` (an `HfArgumentParser` dataclass): after
+    evaluating, the script writes README.md into `--output_dir` with the scores as model-index, and with
+    `--push_to_hub` publishes it with the model (in place of the Trainer's generic card)."""
+
+    card_dataset: str | None = field(
+        default=None,
+        metadata={"help": "The evaluation data's name in the card (default: --dataset_name, else the file's name)."},
+    )
+    card_dataset_id: str | None = field(
+        default=None, metadata={"help": "The evaluation data's Hub dataset id in model-index (default: its name)."}
+    )
+    baseline_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "A JSON object of a baseline's scores on the same test data ({'baseline': name, metric: value}, "
+            "as examples/feature_tagger_baseline.py prints), shown beside the model's in the card."
+        },
+    )
+
+    def take_push(self, training_args):
+        """Whether `--push_to_hub` was given; turns it off for the Trainer, whose pushes carry transformers' card:
+        `publish` pushes once the scores are known."""
+        push, training_args.push_to_hub = training_args.push_to_hub, False
+        return push
+
+    def publish(self, trainer, metrics, *, task, dataset, split, push=False):
+        """Write the card of `trainer.model` with `metrics` (`Trainer.evaluate()` or `predict(...).metrics`, on
+        `split` of `dataset`; None: no evaluation) into the output folder; with `push`, push the model (this card in
+        the same commit) and the tokenizer to `--hub_model_id` (default: the output folder's name). Returns the card's
+        path."""
+        args = trainer.args
+        if not trainer.is_world_process_zero():
+            return None
+        name = self.card_dataset or dataset
+        options = {}
+        if metrics is not None:
+            options["evaluation"] = evaluation_results(
+                metrics, task=task, dataset=name, dataset_type=self.card_dataset_id, split=split
+            )
+        if self.baseline_file is not None:
+            with open(self.baseline_file, encoding="utf-8") as baseline_file:
+                options["baseline"] = json.load(baseline_file)
+        repo_id = args.hub_model_id or os.path.basename(os.path.normpath(args.output_dir))
+        path = write_model_card(args.output_dir, trainer.model, repo_id if push else str(args.output_dir), **options)
+        if push:
+            hub = dict(
+                token=args.hub_token, private=args.hub_private_repo, revision=getattr(args, "hub_revision", None)
+            )
+            commit = trainer.model.push_to_hub(repo_id, card=options, **hub)
+            if trainer.processing_class is not None:
+                trainer.processing_class.push_to_hub(commit.repo_url.repo_id, **hub)
+        return path
 
 
 def _model_card(content):

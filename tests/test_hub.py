@@ -428,6 +428,35 @@ def test_trainer_pushes_a_fine_tuned_head_that_loads_with_its_auto_class(loopbac
     assert same_weights(loaded, head)
 
 
+def test_the_examples_card_arguments_push_the_evaluated_head_with_its_card(loopback_hub, tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    from elmo_hf.model_card import ModelCardArguments
+
+    tiny_model().push_to_hub("elmo-org/bilm")
+    head = ElmoForTokenClassification.from_pretrained("elmo-org/bilm", num_labels=3)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"), push_to_hub=True, hub_model_id="elmo-org/tagger", report_to="none"
+    )
+    card_args = ModelCardArguments(card_dataset="CoNLL-2003", card_dataset_id="eriktks/conll2003")
+    assert card_args.take_push(args) and not args.push_to_hub  # the Trainer itself pushes nothing
+    trainer = Trainer(model=head, args=args, processing_class=ElmoTokenizer(max_characters_per_token=20))
+    metrics = {"eval_f1": 0.625, "eval_runtime": 0.5}
+    card_args.publish(trainer, metrics, task="token-classification", dataset="ignored", split="validation", push=True)
+
+    assert {"README.md", "model.safetensors", "tokenizer_config.json"} <= repo_files("elmo-org/tagger")
+    card = ModelCard.load("elmo-org/tagger")
+    assert (card.data.base_model, card.data.pipeline_tag) == ("elmo-org/bilm", "token-classification")
+    [result] = card.data.eval_results
+    assert (result.dataset_name, result.dataset_type, result.dataset_split) == (
+        "CoNLL-2003",
+        "eriktks/conll2003",
+        "validation",
+    )
+    assert (result.metric_type, result.metric_value) == ("f1", 0.625)
+    assert ModelCard.load(tmp_path / "run" / "README.md").data.eval_results == card.data.eval_results
+
+
 def test_loopback_guard_blocks_other_addresses(tmp_path):
     with loopback_guard() as blocked, pytest.raises(NonLoopbackConnection):
         socket.create_connection(("192.0.2.1", 443), timeout=1)  # TEST-NET-1: never routed
