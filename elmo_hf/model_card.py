@@ -163,7 +163,8 @@ def render_model_card(
     metadata = card_metadata(
         model, repo_id=repo_id, license=license, language=language, datasets=datasets, tags=tags, evaluation=evaluation
     )
-    usage, usage_notes = _usage(class_name, config, load_arguments, ", ".join(arguments))
+    vocabulary_arguments = ", ".join([arguments[0], '"vocab.txt"', *arguments[1:]])
+    usage, usage_notes = _usage(class_name, config, load_arguments, vocabulary_arguments)
     fields = {
         "metadata": metadata.to_yaml() + "\n",
         "marker": CARD_MARKER,
@@ -367,7 +368,7 @@ def _label_list(config):
     return shown + (f" and {len(names) - 12} more" if len(names) > 12 else "")
 
 
-def _usage(class_name, config, load_arguments, repo_arguments):
+def _usage(class_name, config, load_arguments, vocabulary_arguments):
     """The usage code for `class_name` (it loads with the matching Auto class) and the notes under it."""
     auto_class = AUTO_CLASSES.get(class_name, "AutoModel")
     head = (
@@ -408,7 +409,7 @@ def _usage(class_name, config, load_arguments, repo_arguments):
     elif class_name == "ElmoForPreTraining":
         body = (
             "# The softmax's words, in row order: <S>, </S>, <UNK>, then one per line\n"
-            f'vocabulary_file = cached_file({repo_arguments}, "vocab.txt")\n'
+            f"vocabulary_file = cached_file({vocabulary_arguments})\n"
             'with open(vocabulary_file, encoding="utf-8") as lines:\n'
             "    vocabulary = {word: index for index, word in enumerate(lines.read().splitlines())}\n"
             'unknown = vocabulary["<UNK>"]\n\n'
@@ -425,8 +426,9 @@ def _usage(class_name, config, load_arguments, repo_arguments):
         )
         notes = (
             "The loss is the mean cross-entropy of predicting every word of the batch, from its left context (forward) "
-            "and from its right context (backward). `outputs.last_hidden_state` is the top biLSTM layer, "
-            f"`(sentences, words + 2, {size})`."
+            "and from its right context (backward); the words are those of the repository's `vocab.txt`, the "
+            "softmax's rows (it travels with the checkpoint folder). `outputs.last_hidden_state` is the top biLSTM "
+            f"layer, `(sentences, words + 2, {size})`."
         )
     else:
         body = (

@@ -75,9 +75,13 @@ TRAINER_METRICS = {"eval_loss": 0.25, "eval_f1": 0.875, "eval_accuracy": 0.9, "e
     ],
 )
 def test_pipeline_tag_and_auto_class_follow_the_class(make, pipeline_tag, auto_class):
-    card = render_model_card(make(), "elmo-org/model")
+    model = make()
+    card = render_model_card(model, "elmo-org/model")
     assert ModelCard(card).data.pipeline_tag == pipeline_tag
     assert f'{auto_class}.from_pretrained("elmo-org/model", trust_remote_code=True)' in python_block(card)
+    on_a_branch = python_block(render_model_card(model, "elmo-org/model", revision="draft"))
+    compile(on_a_branch, "usage", "exec")  # runs in test_usage_code_of_...; here: valid with a revision too
+    assert f'{auto_class}.from_pretrained("elmo-org/model", revision="draft", trust_remote_code=True)' in on_a_branch
 
 
 def test_evaluation_becomes_model_index_and_the_baseline_a_row_beside_it():
