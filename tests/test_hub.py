@@ -217,6 +217,8 @@ def test_cards_of_a_bilm_a_tagger_and_a_classifier_read_back_from_the_hub(loopba
     )
 
     bilm, tagged, classified = (ModelCard.load(f"elmo-org/{name}") for name in ("bilm", "tagger", "classifier"))
+    for card in (bilm, tagged, classified):
+        card.validate()  # the Hub's own check of the metadata (the loopback Hub's /api/validate-yaml)
     assert (bilm.data.pipeline_tag, bilm.data.base_model, bilm.data.eval_results) == ("feature-extraction", None, None)
     assert bilm.data.tags == ["elmo", "elmo-hf"]
     assert (tagged.data.pipeline_tag, tagged.data.base_model) == ("token-classification", "elmo-org/bilm")
