@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_config, tiny_model
+from helpers import tiny_config, tiny_lm, tiny_model
 from hub_server import NonLoopbackConnection, client_prelude, git_blob_id, loopback_guard
 from huggingface_hub import HfApi, ModelCard, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
@@ -191,12 +191,14 @@ def test_push_to_hub_of_a_new_repo_publishes_the_elmo_model_card(loopback_hub):
     assert 'AutoModel.from_pretrained("elmo-org/fresh", trust_remote_code=True)' in card
     assert "This checkpoint was not written by the converter" in card
     assert "automatically generated" not in card  # not transformers' generic card
+    assert ModelCard(card).data.pipeline_tag == "feature-extraction"
 
 
 def test_cards_of_a_bilm_a_tagger_and_a_classifier_read_back_from_the_hub(loopback_hub, tmp_path):
-    """The biLM on the Hub; a tagger built on it by Hub id and a classifier built on a local folder, each pushed
-    with a Trainer's evaluation: ModelCard.load reads back the pipeline tag, the biLM, model-index and tags."""
-    tiny_model().push_to_hub("elmo-org/bilm")
+    """The biLM (a language model) on the Hub; a tagger built on it by Hub id and a classifier built on a local
+    folder, each pushed with an evaluation: ModelCard.load reads back the pipeline tag, the biLM, model-index, tags."""
+    perplexity = evaluation_results({"eval_perplexity": 42.5}, task="text-generation", dataset="news", split="test")
+    tiny_lm().push_to_hub("elmo-org/bilm", card={"evaluation": perplexity})
     tiny_model().save_pretrained(tmp_path / "elmo-english-small")
     tagger = ElmoForTokenClassification.from_pretrained("elmo-org/bilm", num_labels=3)
     tagger.add_model_tags("ner")
@@ -219,7 +221,10 @@ def test_cards_of_a_bilm_a_tagger_and_a_classifier_read_back_from_the_hub(loopba
     bilm, tagged, classified = (ModelCard.load(f"elmo-org/{name}") for name in ("bilm", "tagger", "classifier"))
     for card in (bilm, tagged, classified):
         card.validate()  # the Hub's own check of the metadata (the loopback Hub's /api/validate-yaml)
-    assert (bilm.data.pipeline_tag, bilm.data.base_model, bilm.data.eval_results) == ("feature-extraction", None, None)
+    assert (bilm.data.pipeline_tag, bilm.data.base_model) == ("text-generation", None)
+    assert [(r.task_type, r.metric_type, r.metric_value) for r in bilm.data.eval_results] == [
+        ("text-generation", "perplexity", 42.5)
+    ]
     assert bilm.data.tags == ["elmo", "elmo-hf"]
     assert (tagged.data.pipeline_tag, tagged.data.base_model) == ("token-classification", "elmo-org/bilm")
     assert tagged.data.tags == ["elmo", "elmo-hf", "ner"]
