@@ -15,7 +15,6 @@ import os
 import pathlib
 import re
 import string
-import tempfile
 from dataclasses import dataclass, field
 
 TEMPLATE_PATH = pathlib.Path(__file__).with_name("model_card.md")
@@ -234,31 +233,6 @@ def card_for_push(model, repo_id, *, token=None, revision=None, tags=(), folder=
         if tag not in card.data.tags:
             card.data.tags.append(tag)
     return _checked(str(card))
-
-
-def upload_model_card_if_missing(model, repo_id, *, token=None, private=None, revision=None, create_pr=False):
-    """Create `repo_id` when needed and, if it has no README.md yet, upload this package's card for `model` (to
-    `revision`, or as a pull request when `create_pr`). Returns the full repo id. `push_to_hub` does not need it:
-    it commits the card with the weights."""
-    from huggingface_hub import HfApi
-
-    api = HfApi(token=token)
-    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-    if _existing_card(repo_id, token=token, revision=revision) is not None:
-        return repo_id
-    with tempfile.TemporaryDirectory() as card_directory:
-        path = write_model_card(card_directory, model, repo_id, revision=revision)
-        if revision is not None and not revision.startswith("refs/pr/"):
-            api.create_branch(repo_id, branch=revision, exist_ok=True)
-        api.upload_file(
-            path_or_fileobj=path,
-            path_in_repo="README.md",
-            repo_id=repo_id,
-            revision=revision,
-            create_pr=create_pr,
-            commit_message="Add the elmo-hf model card",
-        )
-    return repo_id
 
 
 @dataclass
