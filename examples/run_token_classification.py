@@ -37,6 +37,7 @@ from transformers import (
 
 import elmo_hf  # registers the ELMo classes with the Auto classes; DEFAULT_MODEL
 from elmo_hf.metrics import metric_path
+from elmo_hf.model_card import ModelCardArguments
 from elmo_hf.task_words import TaskWordArguments
 from elmo_hf.training_schedule import MinUpdatesArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
@@ -177,10 +178,11 @@ def main(argv=None):
             DataArguments,
             MinUpdatesArguments,
             WeightAveragingArguments,
+            ModelCardArguments,
             TrainingArguments,
         )
     )
-    model_args, task_word_args, data_args, schedule_args, averaging_args, training_args = (
+    model_args, task_word_args, data_args, schedule_args, averaging_args, card_args, training_args = (
         parser.parse_args_into_dataclasses(args=argv)
     )
     splits = load_splits(data_args)
@@ -251,6 +253,7 @@ def main(argv=None):
         raised = schedule_args.apply(training_args, len(encoded["train"]))  # small data: more epochs
         if raised is not None and training_args.should_log:
             print(raised, file=sys.stderr)
+    push = card_args.take_push(training_args)  # the card's push comes after the evaluation
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -264,11 +267,14 @@ def main(argv=None):
     if training_args.do_train:
         trainer.train()
         trainer.save_model()  # the best model when --load_best_model_at_end
+    scores = None  # (metrics, split) of the card: the test split's when scored, else the validation split's
     if training_args.do_eval and "validation" in encoded:
-        trainer.save_metrics("eval", trainer.evaluate())
+        scores = (trainer.evaluate(), "validation")
+        trainer.save_metrics("eval", scores[0])
     if training_args.do_predict and "test" in encoded:
         output = trainer.predict(encoded["test"], metric_key_prefix="test")
         trainer.save_metrics("test", output.metrics)
+        scores = (output.metrics, "test")
         predictions, gold = predicted_tags(output.predictions, output.label_ids)
         if trainer.is_world_process_zero():
             path = os.path.join(training_args.output_dir, "test_predictions.txt")
@@ -277,6 +283,11 @@ def main(argv=None):
                     for word, gold_tag, tag in zip(words, gold_tags, tags):
                         writer.write(f"{word} {gold_tag} {tag}\n")
                     writer.write("\n")
+    if scores is not None or push:
+        metrics, split = scores or (None, None)
+        files = {"test": data_args.test_file, "validation": data_args.validation_file}
+        dataset = data_args.dataset_name or (split and os.path.basename(files[split]))
+        card_args.publish(trainer, metrics, task="token-classification", dataset=dataset, split=split, push=push)
     return trainer
 
 

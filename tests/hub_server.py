@@ -1,7 +1,9 @@
 """A loopback Hugging Face Hub for the tests: a real HTTP server on 127.0.0.1 that answers the part of the Hub API
 that huggingface_hub's clients call to create repos, commit files, list them and download them.
 
-Repos live in memory as git-like histories (commit id -> {path: bytes}, branch -> commit id). Uploads are
+Repos live in memory as git-like histories (commit id -> {path: bytes}, branch -> commit id); a commit with
+`create_pr` opens a pull request instead, the ref `refs/pr/N` (N counts from 1) started from the commit's branch, and
+leaves that branch as it was. Uploads are
 "regular" only: the preupload endpoint marks every file regular, so the client sends contents base64-encoded
 in the NDJSON commit and never asks for LFS or Xet storage. Errors carry the `X-Error-Code` header the real
 Hub sends, so the clients raise their usual exceptions (`RepositoryNotFoundError`, `EntryNotFoundError`,
@@ -54,6 +56,7 @@ class Repo:
     private: bool
     branches: dict = dataclasses.field(default_factory=dict)  # branch -> commit id
     commits: dict = dataclasses.field(default_factory=dict)  # commit id -> Commit
+    pull_requests: list = dataclasses.field(default_factory=list)  # "refs/pr/N" of each, in order; also in branches
 
     def add_commit(self, branch, files, title, message=""):
         parent = self.branches.get(branch)
@@ -167,8 +170,10 @@ class LoopbackHub:
             branches = [
                 {"name": name, "ref": f"refs/heads/{name}", "targetCommit": commit}
                 for name, commit in repo.branches.items()
+                if name not in repo.pull_requests
             ]
-            return _json_response(200, {"branches": branches, "converts": [], "tags": []})
+            pulls = [{"name": ref, "ref": ref, "targetCommit": repo.branches[ref]} for ref in repo.pull_requests]
+            return _json_response(200, {"branches": branches, "converts": [], "tags": [], "pullRequests": pulls})
         if action == "tree" and method == "GET":
             return self._tree(repo, self._commit(repo, arguments[0]), "/".join(arguments[1:]), query)
         if action == "commits" and method == "GET":
@@ -272,10 +277,14 @@ class LoopbackHub:
         return _json_response(200, {"files": files, "commitOid": commit.id})
 
     def _apply_commit(self, repo, branch, body, query):
-        if "create_pr" in query:
-            raise HubError(400, "the loopback Hub does not support pull requests")
         if branch not in repo.branches:
             raise HubError(404, f"branch {branch} not found", "RevisionNotFound")
+        pull_request = query.get("create_pr", ["0"])[0] not in ("0", "false", "False")
+        if pull_request:  # the PR's ref starts at the branch's head and takes the commit; the branch stays
+            number = len(repo.pull_requests) + 1
+            repo.pull_requests.append(f"refs/pr/{number}")
+            repo.branches[f"refs/pr/{number}"] = repo.branches[branch]
+            branch = f"refs/pr/{number}"
         lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
         if not lines or lines[0]["key"] != "header":
             raise HubError(400, "the commit payload must start with a header line")
@@ -301,12 +310,13 @@ class LoopbackHub:
                 raise HubError(400, f"the loopback Hub accepts regular files only, got a {key!r} operation")
         commit = repo.add_commit(branch, files, header["summary"], header.get("description", ""))
         prefix = "" if repo.kind == "model" else f"{repo.kind}s/"
+        pull_request_url = f"{self.url}/{prefix}{repo.repo_id}/discussions/{number}" if pull_request else None
         return _json_response(
             200,
             {
                 "success": True,
                 "commitOid": commit.id,
-                "pullRequestUrl": None,
+                "pullRequestUrl": pull_request_url,
                 "commitUrl": f"{self.url}/{prefix}{repo.repo_id}/commit/{commit.id}",
             },
         )

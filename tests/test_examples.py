@@ -8,6 +8,7 @@ import evaluate
 import pytest
 import torch
 from helpers import load_script, tiny_model
+from huggingface_hub import ModelCard
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from elmo_hf import ElmoTokenizer
@@ -78,6 +79,8 @@ def test_token_classification_example_end_to_end(tmp_path, bilm_dir):
     for name, seed in (("train", 1), ("dev", 2), ("test", 3)):
         write_conll(tmp_path / f"{name}.conll", ner_sentences(64, seed))
     output_dir = tmp_path / "out"
+    baseline_file = tmp_path / "baseline.json"
+    baseline_file.write_text(json.dumps({"baseline": "feature tagger", "entity_f1": 0.5}), encoding="utf-8")
     example = load_script("run_token_classification")
     example.main(
         [
@@ -95,10 +98,18 @@ def test_token_classification_example_end_to_end(tmp_path, bilm_dir):
             "f1",
             "--use_crf",
             "true",
+            "--baseline_file",
+            str(baseline_file),
             *COMMON_ARGUMENTS,
         ]
     )
     results = json.loads((output_dir / "test_results.json").read_text())
+    # The card beside the model: the test scores as model-index, the baseline beside them, the biLM by name.
+    card = ModelCard.load(output_dir / "README.md")
+    assert card.data.pipeline_tag == "token-classification" and card.data.base_model is None
+    scored = {result.metric_type: result.metric_value for result in card.data.eval_results}
+    assert scored["f1"] == results["test_f1"] and {r.dataset_split for r in card.data.eval_results} == {"test"}
+    assert "| baseline: feature tagger | entity_f1 | 0.5 |" in card.text and "the biLM `bilm`" in card.text
     # The tags follow from the words alone: the tagger must learn them (measured: F1 0.98 on one thread).
     assert results["test_f1"] >= 0.9 and results["test_precision"] >= 0.9, results
     predictions = (output_dir / "test_predictions.txt").read_text().strip().split("\n\n")
@@ -191,6 +202,10 @@ def test_text_classification_example_end_to_end(tmp_path, bilm_dir):
     lines = (output_dir / "test_predictions.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 65
     assert {line.split("\t")[1] for line in lines[1:]} <= {"neg", "pos"}
+    card = ModelCard.load(output_dir / "README.md")
+    assert card.data.pipeline_tag == "text-classification"
+    assert {r.metric_type: r.metric_value for r in card.data.eval_results}["macro_f1"] == results["test_macro_f1"]
+    assert card.data.eval_results[0].dataset_name == "test.csv"
     model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
     assert model.config.id2label == {0: "neg", 1: "pos"}
     texts = ["a cat sat on the mat.", "the cat not sat on a mat.", "not a cat."]

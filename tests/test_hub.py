@@ -11,9 +11,9 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_config, tiny_model
+from helpers import tiny_config, tiny_lm, tiny_model
 from hub_server import NonLoopbackConnection, client_prelude, git_blob_id, loopback_guard
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
+from huggingface_hub import HfApi, ModelCard, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
@@ -22,7 +22,15 @@ from transformers.utils import cached_file
 import elmo_hf
 from conversion import convert_all_published
 from conversion import convert_elmo_original_tf_to_hf as converter
-from elmo_hf import ElmoModel, ElmoTokenizer, convert_bilm_tf, convert_common
+from elmo_hf import (
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+    convert_bilm_tf,
+    convert_common,
+)
+from elmo_hf.model_card import CARD_MARKER, evaluation_results
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
 
@@ -183,6 +191,81 @@ def test_push_to_hub_of_a_new_repo_publishes_the_elmo_model_card(loopback_hub):
     assert 'AutoModel.from_pretrained("elmo-org/fresh", trust_remote_code=True)' in card
     assert "This checkpoint was not written by the converter" in card
     assert "automatically generated" not in card  # not transformers' generic card
+    assert ModelCard(card).data.pipeline_tag == "feature-extraction"
+
+
+def test_cards_of_a_bilm_a_tagger_and_a_classifier_read_back_from_the_hub(loopback_hub, tmp_path):
+    """The biLM (a language model) on the Hub; a tagger built on it by Hub id and a classifier built on a local
+    folder, each pushed with an evaluation: ModelCard.load reads back the pipeline tag, the biLM, model-index, tags."""
+    perplexity = evaluation_results({"eval_perplexity": 42.5}, task="text-generation", dataset="news", split="test")
+    tiny_lm().push_to_hub("elmo-org/bilm", card={"evaluation": perplexity})
+    tiny_model().save_pretrained(tmp_path / "elmo-english-small")
+    tagger = ElmoForTokenClassification.from_pretrained("elmo-org/bilm", num_labels=3)
+    tagger.add_model_tags("ner")
+    classifier = ElmoForSequenceClassification.from_pretrained(tmp_path / "elmo-english-small", num_labels=2)
+    metrics = {"eval_loss": 0.5, "eval_f1": 0.75, "eval_runtime": 2.0, "epoch": 1.0}
+    baseline = {"baseline": "feature-based logistic-regression tagger", "entity_f1": 0.5}
+    tagger.push_to_hub(
+        "elmo-org/tagger",
+        card={
+            "evaluation": evaluation_results(metrics, task="token-classification", dataset="conll2003", split="test"),
+            "baseline": baseline,
+        },
+    )
+    classifier.push_to_hub(
+        "elmo-org/classifier",
+        tags=["sentiment"],
+        card={"evaluation": evaluation_results(metrics, task="text-classification", dataset="sst2")},
+    )
+
+    bilm, tagged, classified = (ModelCard.load(f"elmo-org/{name}") for name in ("bilm", "tagger", "classifier"))
+    for card in (bilm, tagged, classified):
+        card.validate()  # the Hub's own check of the metadata (the loopback Hub's /api/validate-yaml)
+    assert (bilm.data.pipeline_tag, bilm.data.base_model) == ("text-generation", None)
+    assert [(r.task_type, r.metric_type, r.metric_value) for r in bilm.data.eval_results] == [
+        ("text-generation", "perplexity", 42.5)
+    ]
+    assert bilm.data.tags == ["elmo", "elmo-hf"]
+    assert (tagged.data.pipeline_tag, tagged.data.base_model) == ("token-classification", "elmo-org/bilm")
+    assert tagged.data.tags == ["elmo", "elmo-hf", "ner"]
+    assert [
+        (r.task_type, r.dataset_type, r.dataset_split, r.metric_type, r.metric_value) for r in tagged.data.eval_results
+    ] == [
+        ("token-classification", "conll2003", "test", "loss", 0.5),
+        ("token-classification", "conll2003", "test", "f1", 0.75),
+    ]
+    assert "| baseline: feature-based logistic-regression tagger | entity_f1 | 0.5 |" in tagged.text
+    assert 'AutoModelForTokenClassification.from_pretrained("elmo-org/tagger"' in tagged.text
+    assert (classified.data.pipeline_tag, classified.data.base_model) == ("text-classification", None)
+    assert "the biLM `elmo-english-small`" in classified.text  # not a Hub id: named in the text
+    assert classified.data.tags == ["elmo", "elmo-hf", "sentiment"]
+    assert [r.metric_type for r in classified.data.eval_results] == ["loss", "f1"]
+
+    # A push without card options keeps the card elmo-hf wrote, evaluation included; a reload keeps the biLM.
+    reloaded = ElmoForTokenClassification.from_pretrained("elmo-org/tagger")
+    assert reloaded.config.bilm_name_or_path == "elmo-org/bilm"
+    reloaded.push_to_hub("elmo-org/tagger", commit_message="again")
+    assert ModelCard.load("elmo-org/tagger").data.eval_results == tagged.data.eval_results
+
+
+def test_push_to_hub_with_create_pr_leaves_main_untouched(loopback_hub):
+    commit = tiny_model().push_to_hub("elmo-org/proposed", create_pr=True)
+    assert repo_files("elmo-org/proposed") == {".gitattributes"}  # main: not even README.md
+    assert commit.pr_revision == "refs/pr/1" and commit.pr_url.endswith("/elmo-org/proposed/discussions/1")
+    assert {"README.md", "config.json", "model.safetensors"} <= repo_files("elmo-org/proposed", revision="refs/pr/1")
+    card = open(hf_hub_download("elmo-org/proposed", "README.md", revision="refs/pr/1"), encoding="utf-8").read()
+    assert CARD_MARKER in card
+
+
+def test_save_pretrained_with_push_to_hub_publishes_the_same_card(loopback_hub, tmp_path):
+    model = tiny_model()
+    model.save_pretrained(tmp_path / "saved", push_to_hub=True, repo_id="elmo-org/saved", revision="draft")
+    assert repo_files("elmo-org/saved") == {".gitattributes"}  # pushed to the branch only
+    card = open(hf_hub_download("elmo-org/saved", "README.md", revision="draft"), encoding="utf-8").read()
+    assert CARD_MARKER in card and "automatically generated" not in card
+    assert 'AutoModel.from_pretrained("elmo-org/saved", revision="draft", trust_remote_code=True)' in card
+    assert ModelCard(card).data.tags == ["elmo", "elmo-hf"]
+    assert (tmp_path / "saved" / "README.md").read_text(encoding="utf-8") == card
 
 
 def test_push_to_hub_keeps_the_model_card_of_a_converted_repo(loopback_hub, tmp_path):
@@ -350,6 +433,35 @@ def test_trainer_pushes_a_fine_tuned_head_that_loads_with_its_auto_class(loopbac
     loaded = getattr(transformers, auto_name).from_pretrained("elmo-org/head").eval()
     assert type(loaded).__name__ == head_name
     assert same_weights(loaded, head)
+
+
+def test_the_examples_card_arguments_push_the_evaluated_head_with_its_card(loopback_hub, tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    from elmo_hf.model_card import ModelCardArguments
+
+    tiny_model().push_to_hub("elmo-org/bilm")
+    head = ElmoForTokenClassification.from_pretrained("elmo-org/bilm", num_labels=3)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"), push_to_hub=True, hub_model_id="elmo-org/tagger", report_to="none"
+    )
+    card_args = ModelCardArguments(card_dataset="CoNLL-2003", card_dataset_id="eriktks/conll2003")
+    assert card_args.take_push(args) and not args.push_to_hub  # the Trainer itself pushes nothing
+    trainer = Trainer(model=head, args=args, processing_class=ElmoTokenizer(max_characters_per_token=20))
+    metrics = {"eval_f1": 0.625, "eval_runtime": 0.5}
+    card_args.publish(trainer, metrics, task="token-classification", dataset="ignored", split="validation", push=True)
+
+    assert {"README.md", "model.safetensors", "tokenizer_config.json"} <= repo_files("elmo-org/tagger")
+    card = ModelCard.load("elmo-org/tagger")
+    assert (card.data.base_model, card.data.pipeline_tag) == ("elmo-org/bilm", "token-classification")
+    [result] = card.data.eval_results
+    assert (result.dataset_name, result.dataset_type, result.dataset_split) == (
+        "CoNLL-2003",
+        "eriktks/conll2003",
+        "validation",
+    )
+    assert (result.metric_type, result.metric_value) == ("f1", 0.625)
+    assert ModelCard.load(tmp_path / "run" / "README.md").data.eval_results == card.data.eval_results
 
 
 def test_loopback_guard_blocks_other_addresses(tmp_path):

@@ -1,4 +1,5 @@
-"""The generated README.md model card: it renders, its YAML metadata parses, and its usage code runs as written."""
+"""The generated README.md model card: it renders, huggingface_hub reads its metadata back (pipeline tag, base model,
+model-index, tags), and the usage code of each class runs as written."""
 
 import json
 import pathlib
@@ -7,10 +8,11 @@ import re
 import pytest
 import torch
 import yaml
-from helpers import REPO_ROOT, tiny_model
+from helpers import REPO_ROOT, WORDS, tiny_config, tiny_lm, tiny_model
+from huggingface_hub import ModelCard
 
-from elmo_hf import ElmoTokenizer
-from elmo_hf.model_card import TEMPLATE_PATH, render_model_card, write_model_card
+from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
+from elmo_hf.model_card import TEMPLATE_PATH, evaluation_results, render_model_card, write_model_card
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
 
@@ -44,11 +46,88 @@ def test_card_metadata_parses_with_the_expected_fields():
     assert metadata == {
         "library_name": "transformers",
         "pipeline_tag": "feature-extraction",
-        "tags": ["elmo", "feature-extraction"],
+        "tags": ["elmo", "elmo-hf", "feature-extraction"],  # "elmo", the class's model_tags, the given tags
         "license": "apache-2.0",
         "language": ["en"],
         "datasets": ["lm1b"],
     }
+
+
+def tiny_head(head_class, **overrides):
+    torch.manual_seed(0)
+    return head_class(tiny_config(num_labels=3, id2label={0: "O", 1: "B-X", 2: "I-X"}, **overrides)).eval()
+
+
+TRAINER_METRICS = {"eval_loss": 0.25, "eval_f1": 0.875, "eval_accuracy": 0.9, "eval_runtime": 1.5, "epoch": 3.0}
+
+
+@pytest.mark.parametrize(
+    "make,pipeline_tag,auto_class",
+    [
+        (tiny_model, "feature-extraction", "AutoModel"),
+        (tiny_lm, "text-generation", "AutoModelForPreTraining"),
+        (lambda: tiny_head(ElmoForTokenClassification), "token-classification", "AutoModelForTokenClassification"),
+        (
+            lambda: tiny_head(ElmoForSequenceClassification),
+            "text-classification",
+            "AutoModelForSequenceClassification",
+        ),
+    ],
+)
+def test_pipeline_tag_and_auto_class_follow_the_class(make, pipeline_tag, auto_class):
+    model = make()
+    card = render_model_card(model, "elmo-org/model")
+    assert ModelCard(card).data.pipeline_tag == pipeline_tag
+    assert f'{auto_class}.from_pretrained("elmo-org/model", trust_remote_code=True)' in python_block(card)
+    on_a_branch = python_block(render_model_card(model, "elmo-org/model", revision="draft"))
+    compile(on_a_branch, "usage", "exec")  # runs in test_usage_code_of_...; here: valid with a revision too
+    assert f'{auto_class}.from_pretrained("elmo-org/model", revision="draft", trust_remote_code=True)' in on_a_branch
+
+
+def test_evaluation_becomes_model_index_and_the_baseline_a_row_beside_it():
+    head = tiny_head(ElmoForTokenClassification)
+    head.config.bilm_name_or_path = "elmo-org/elmo-small"
+    evaluation = evaluation_results(TRAINER_METRICS, task="token-classification", dataset="conll2003", split="test")
+    assert evaluation["metrics"] == {"loss": 0.25, "f1": 0.875, "accuracy": 0.9}  # runtime and epoch dropped
+    baseline = {"baseline": "feature-based logistic-regression tagger", "entity_f1": 0.5, "token_accuracy": 0.75}
+    card = render_model_card(head, "elmo-org/tagger", evaluation=evaluation, baseline=baseline)
+
+    data = ModelCard(card).data
+    assert data.base_model == "elmo-org/elmo-small"
+    assert data.model_name == "tagger"
+    results = [(r.task_type, r.dataset_type, r.dataset_split, r.metric_type, r.metric_value) for r in data.eval_results]
+    assert results == [
+        ("token-classification", "conll2003", "test", "loss", 0.25),
+        ("token-classification", "conll2003", "test", "f1", 0.875),
+        ("token-classification", "conll2003", "test", "accuracy", 0.9),
+    ]  # this model's results only: the baseline is another model's
+    _, text = metadata_and_text(card)
+    assert "| this model | f1 | 0.875 |" in text
+    assert "| baseline: feature-based logistic-regression tagger | entity_f1 | 0.5 |" in text
+    assert "[`elmo-org/elmo-small`](https://huggingface.co/elmo-org/elmo-small)" in text
+    with pytest.raises(ValueError, match="no score to record"):
+        evaluation_results({"eval_runtime": 1.0}, task="token-classification", dataset="conll2003")
+
+
+def test_a_head_over_a_local_bilm_names_its_folder_in_the_text_and_has_no_base_model(tmp_path):
+    tiny_model().save_pretrained(tmp_path / "elmo-english-small")
+    head = ElmoForSequenceClassification.from_pretrained(tmp_path / "elmo-english-small", num_labels=2)
+    assert head.config.bilm_name_or_path == "elmo-english-small"  # the folder's name, not its path
+    head.save_pretrained(tmp_path / "classifier")
+    reloaded = ElmoForSequenceClassification.from_pretrained(tmp_path / "classifier")
+    assert reloaded.config.bilm_name_or_path == "elmo-english-small"  # a trained head keeps it
+
+    card = render_model_card(reloaded, "elmo-org/classifier")
+    assert ModelCard(card).data.base_model is None
+    assert "This head was trained on the biLM `elmo-english-small`" in card
+    assert "model-index" not in card and "## Evaluation" not in card
+
+
+def test_model_tags_are_per_model_and_reach_the_card():
+    model, other = tiny_model(), tiny_model()
+    model.add_model_tags(["ner"])
+    assert model.model_tags == ["elmo", "elmo-hf", "ner"] and other.model_tags == ["elmo", "elmo-hf"]
+    assert ModelCard(render_model_card(model, "elmo-org/m", tags=["x"])).data.tags == ["elmo", "elmo-hf", "ner", "x"]
 
 
 def test_card_describes_the_architecture_provenance_parity_and_citation():
@@ -88,6 +167,38 @@ def test_usage_code_in_the_card_runs_as_written(tmp_path):
     assert namespace["top"].shape == (2, 6, 16)
     torch.testing.assert_close(namespace["top"], expected, rtol=0, atol=1e-6)
     assert torch.equal(namespace["first_sentence"], namespace["top"][0, 1:-1])
+
+
+def test_usage_code_of_the_heads_and_the_language_model_runs_as_written(tmp_path):
+    tokenizer = ElmoTokenizer(max_characters_per_token=20)
+    for name, model in (
+        ("tagger", tiny_head(ElmoForTokenClassification)),
+        ("classifier", tiny_head(ElmoForSequenceClassification)),
+        ("lm", tiny_lm()),
+    ):
+        checkpoint = tmp_path / name
+        model.save_pretrained(checkpoint)
+        tokenizer.save_pretrained(checkpoint)
+        (checkpoint / "vocab.txt").write_text("\n".join(WORDS) + "\n", encoding="utf-8")
+        namespace = {}
+        exec(python_block(render_model_card(model, str(checkpoint))), namespace)  # noqa: S102
+        batch = namespace["batch"]
+        with torch.no_grad():
+            if name == "tagger":
+                logits = model(**batch).logits
+                assert [len(tags) for tags in namespace["tags"]] == [4, 3]  # one per word
+                best = [
+                    [model.config.id2label[int(t)] for t in row[1 : n + 1].argmax(-1)] for row, n in zip(logits, (4, 3))
+                ]
+                assert namespace["tags"] == best
+            elif name == "classifier":
+                expected = [model.config.id2label[int(i)] for i in model(**batch).logits.argmax(-1)]
+                assert namespace["labels"] == expected
+            else:
+                labels = namespace["labels"]
+                assert labels[1].tolist() == [0, 2, 2, 2, 1, -100]  # <S>, three unknown words, </S>, padding
+                expected = model(**batch, labels=labels).loss
+                torch.testing.assert_close(namespace["perplexity"], torch.exp(expected))
 
 
 def test_write_model_card_reads_the_conversion_report_beside_it(tmp_path):
