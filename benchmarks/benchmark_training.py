@@ -166,7 +166,15 @@ def train_step(model, optimizer, encoded, labels):
 
 
 # The host calls that start work on a GPU, as the profiler names them: kernels, graph replays, copies and fills.
-LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch", "cuGraphLaunch")
+LAUNCH_CALLS = (
+    "cudaLaunchKernel",
+    "cuLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernelEx",
+    "cudaGraphLaunch",
+    "cuGraphLaunch",
+)
+COPY_CALLS = ("cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemcpy", "cudaMemset")
 
 
 def count_kernels(step_function, batches):
@@ -185,11 +193,15 @@ def count_kernels(step_function, batches):
     events = profiler.events()
     kernels = [event for event in events if event.device_type == torch.autograd.DeviceType.CUDA]
     launches = [event for event in events if event.name in LAUNCH_CALLS]
+    copies = [event for event in events if event.name in COPY_CALLS]
     return {
         "profiled_wall_ms_per_step": wall * 1e3,
         "device_kernel_ms_per_step": sum(event.device_time for event in kernels) / 1e3 / len(batches),
         "kernels_per_step": len(kernels) / len(batches),
         "launch_calls_per_step": len(launches) / len(batches),
+        "copy_calls_per_step": len(copies) / len(batches),
+        "graph_replays_per_step": sum(event.name in ("cudaGraphLaunch", "cuGraphLaunch") for event in events)
+        / len(batches),
     }
 
 

@@ -12,7 +12,8 @@ schedule), and reads the gradients the graph writes into each parameter's `.grad
 What changes against `ElmoForPreTraining.forward` in training mode, and why the loss and gradients stay the same up to
 rounding:
 - every position of the padded batch is encoded by the character CNN (the eager path encodes each distinct word
-  once, a data-dependent shape) and padding is zeroed after;
+  once, a data-dependent shape) and padding is zeroed after; rows of the character embedding and of the softmax are
+  looked up with index_select, whose backward (index_add_) makes no host sync;
 - the biLSTM runs `lstm_training_kernel.py`'s recurrence on `PaddedSteps`: every row steps through the whole width,
   each direction reading its row's words first (the backward one reversed) and its padding after, so padded steps
   come after a row's words and change neither its outputs nor, since their gradient is exactly zero, the gradients;
@@ -112,9 +113,13 @@ def static_sampled_softmax_loss(hidden, targets, weight, bias, sampled, log_expe
     counted = targets != -100
     safe_targets = targets.clamp(min=0)
     # ElmoLogUniformSampler.log_expected_counts, on the device: 1 - (1 - p) ** tries.
-    log_expected_targets = torch.log(-torch.expm1(tries * torch.log1p(-torch.exp(log_probabilities[safe_targets]))))
-    target_logits = (hidden * weight[safe_targets]).sum(-1) + bias[safe_targets] - log_expected_targets.to(hidden)
-    sampled_logits = torch.addmm(bias[sampled] - log_expected_sampled.to(hidden), hidden, weight[sampled].T)
+    # Rows looked up with index_select: its backward (index_add_) makes no host sync.
+    log_probabilities = log_probabilities.index_select(0, safe_targets)
+    log_expected_targets = torch.log(-torch.expm1(tries * torch.log1p(-torch.exp(log_probabilities))))
+    target_logits = (hidden * weight.index_select(0, safe_targets)).sum(-1) + bias.index_select(0, safe_targets)
+    target_logits = target_logits - log_expected_targets.to(hidden)
+    sampled_bias = bias.index_select(0, sampled) - log_expected_sampled.to(hidden)
+    sampled_logits = torch.addmm(sampled_bias, hidden, weight.index_select(0, sampled).T)
     hits = safe_targets.unsqueeze(1) == sampled.unsqueeze(0)  # (N, S): a negative equal to the row's target
     sampled_logits = sampled_logits.masked_fill(hits, torch.finfo(sampled_logits.dtype).min)
     all_logits = torch.logaddexp(target_logits, torch.logsumexp(sampled_logits, dim=1))
@@ -141,7 +146,7 @@ def padded_pretraining_loss(model, input_ids, mask, labels, draws, log_probabili
     dropout = config.pretraining_dropout
     elmo = model.elmo
     rows, words = mask.shape
-    token_layer = elmo.character_encoder(input_ids).masked_fill(~mask.unsqueeze(-1), 0.0)  # (rows, words, proj)
+    token_layer = _encode_words(elmo.character_encoder, input_ids).masked_fill(~mask.unsqueeze(-1), 0.0)
     cells = token_layer.new_zeros(len(elmo.encoder.layers), 2, rows, config.lstm_dim)
     hiddens = token_layer.new_zeros(len(elmo.encoder.layers), 2, rows, config.projection_dim)
     steps = PaddedSteps(mask.sum(dim=1), words)
@@ -169,6 +174,19 @@ def padded_pretraining_loss(model, input_ids, mask, labels, draws, log_probabili
                 )
             )
     return (losses[0] + losses[1]) / 2
+
+
+def _encode_words(character_encoder, input_ids):
+    """`character_encoder(input_ids)` `(rows, words, chars)` -> `(rows, words, projection_dim)`, its character
+    embedding looked up with index_select (whose backward, index_add_, makes no host sync), the padding id's row given
+    no gradient as `padding_idx` gives it none."""
+    if character_encoder.word_embedding is not None:
+        return character_encoder(input_ids)
+    table = character_encoder.char_embedding
+    table = torch.cat([table[:1].detach(), table[1:]])  # (num_characters, char_dim)
+    chars = table.index_select(0, input_ids.flatten()).view(-1, input_ids.shape[-1], table.shape[-1])
+    token = character_encoder.highway_and_project(character_encoder.convolve(chars))  # (rows * words, proj)
+    return token.view(*input_ids.shape[:-1], -1)
 
 
 class PreTrainingStep:
