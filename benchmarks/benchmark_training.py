@@ -125,7 +125,12 @@ def worker(args):
                 captured(encoded["input_ids"], encoded["attention_mask"], labels)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        capture = {"capture_seconds": time.perf_counter() - start, "graphs": len(captured.buckets)}
+        capture = {
+            "capture_seconds": time.perf_counter() - start,
+            "buckets": len(captured.buckets),
+            "graphs": sum(bucket.graph is not None for bucket in captured.buckets.values()),
+            "capture_failure": None if captured.capture_failure is None else str(captured.capture_failure)[:500],
+        }
     if args.profile:
         return profile_steps(step_function, batches[: args.warmup + 3], args.warmup)
     torch.manual_seed(1)  # the negatives' draws and the dropout
@@ -503,7 +508,12 @@ def main(argv=None):
                     f"{figure['profiled_wall_ms_per_step']:.1f} ms"
                 )
             if "graphs" in figure:
-                line += f"; {figure['graphs']} graphs captured in {figure['capture_seconds']:.1f} s"
+                line += (
+                    f"; {figure['graphs']} graphs for {figure['buckets']} buckets captured in "
+                    f"{figure['capture_seconds']:.1f} s"
+                )
+                if figure["capture_failure"]:
+                    line += f" (a capture failed: {figure['capture_failure'].splitlines()[0]})"
             line += f"; 10 epochs of the 1B Word Benchmark: {figure['hours_for_10_epochs_1b_words']:.0f} h"
             if name != first:
                 ratio = figure["words_per_s"] / figures[first]["words_per_s"]

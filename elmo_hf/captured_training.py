@@ -23,6 +23,8 @@ rounding:
 Dropout draws its masks over the padded shapes, so with dropout the two paths draw different masks.
 """
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 
@@ -194,7 +196,7 @@ class PreTrainingStep:
     `ElmoForPreTraining`'s training step up to the optimizer: loss, backward into each parameter's `.grad`, and
     gradient clipping, on the batch padded to its bucket (`bucket_shape`). On a CUDA device each bucket's step is
     captured as a CUDA graph at its first batch (a warm-up run, then the capture) and replayed after; elsewhere it
-    runs eagerly.
+    runs eagerly, as does every bucket after a capture fails (a warning says so; `capture_failure` keeps the error).
 
     The parameters' `.grad` are static tensors that every step overwrites: call `optimizer.step()` after each step,
     and never `optimizer.zero_grad()` (which would drop them; the step needs no zeroing).
@@ -222,6 +224,7 @@ class PreTrainingStep:
         self.log_probabilities = model.sampler.log_probabilities.to(self.device)
         self.buckets = {}  # (rows, width) -> _BucketStep
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self.capture_failure = None  # the error of a capture that failed (its bucket then runs eagerly)
 
     def __call__(self, input_ids, attention_mask, labels):
         r"""
@@ -306,7 +309,7 @@ class _BucketStep:
 
     def build(self):
         """Captures the step (on a CUDA device) after a warm-up run on a side stream, as PyTorch's capture needs."""
-        if not self.step.capture:
+        if not self.step.capture or self.step.capture_failure is not None:
             return
         current = torch.cuda.current_stream(self.step.device)
         side = torch.cuda.Stream(self.step.device)
@@ -314,9 +317,20 @@ class _BucketStep:
         with torch.cuda.stream(side):
             self.step._step(self)
         current.wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=self.step.pool):
-            self.loss = self.step._step(self)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=self.step.pool):
+                self.loss = self.step._step(self)
+        except RuntimeError as error:  # a capture this torch or driver refuses: every bucket runs eagerly from now on
+            self.step.capture_failure = error
+            warnings.warn(
+                f"CUDA graph capture of the training step failed ({str(error).splitlines()[0]}); the bucket "
+                f"{(self.rows, self.width)} and the later ones run the padded step eagerly",
+                stacklevel=3,
+            )
+            torch.cuda.synchronize(self.step.device)
+            return
+        self.graph = graph
 
     def run(self):
         if self.graph is None:

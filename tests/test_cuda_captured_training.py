@@ -57,6 +57,7 @@ def test_captured_step_gives_the_eager_losses():
     captured_step = PreTrainingStep(model, 1.0)
     losses, grads = train(model, data, captured_step)
     assert sorted(captured_step.buckets) == [(4, 16), (8, 8)]
+    assert captured_step.capture_failure is None, captured_step.capture_failure
     assert all(bucket.graph is not None for bucket in captured_step.buckets.values())
     torch.testing.assert_close(losses, padded_losses, rtol=0, atol=1e-5)
     torch.testing.assert_close(losses, expected_losses, rtol=0, atol=1e-4)
