@@ -8,7 +8,7 @@
 #   STAGES="training infer-medium" bash tools/gpu_session.sh OUT_DIR   # only these (a rerun of the failed ones)
 #
 # Stages, run in this order: device, tests, training, infer-medium, profile-inference, infer-original,
-# infer-medium-bf16, infer-original-bf16, training-tf32. Each has its own time limit, so one that hangs leaves the
+# training-grouped, infer-medium-bf16, infer-original-bf16, training-tf32. Each has its own time limit, so one that hangs leaves the
 # others' results, and one is skipped when less than its limit is left of $BUDGET seconds (default 420). `device`
 # (the wheels' install) runs first whatever $STAGES says. Everything goes under OUT_DIR: session.log and one JSON
 # per stage (a device call returns at most 8 files).
@@ -24,12 +24,13 @@ OUT=${1:-${OUT:-/tmp/gpu-session}}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/session.log") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ELMO_FIXTURES=$PWD/.gpu/fixtures
-STAGES=${STAGES:-"device tests training infer-medium profile-inference infer-original infer-medium-bf16 infer-original-bf16 training-tf32"}
+STAGES=${STAGES:-"device tests training infer-medium profile-inference infer-original training-grouped infer-medium-bf16
+    infer-original-bf16 training-tf32"}
 BUDGET=${BUDGET:-420}
 START=$SECONDS
 SUMMARY=()
 
-wanted() { [[ " $STAGES " == *" $1 "* ]]; }
+wanted() { [[ " $(echo $STAGES) " == *" $1 "* ]]; }
 # stage NAME LIMIT COMMAND...: runs COMMAND under `timeout LIMIT` if the stage is wanted and the budget allows.
 stage() {
     local name=$1 limit=$2
@@ -151,6 +152,10 @@ stage training 200 training "$OUT/training.json" 12 --configs shipped medium ori
 stage infer-medium 75 inference inference-medium medium 3
 stage profile-inference 40 profile_inference  # reads the medium checkpoint infer-medium converts
 stage infer-original 75 inference inference-original original 2
+# Length-grouped batches (run_bilm_pretraining's order; little padding, as a real run would batch): the original
+# shape's captured step for the extrapolation; its figures are in the log (8 files come back at most).
+stage training-grouped 70 training /tmp/training-grouped.json 12 --configs original --modes captured \
+    --batching length-grouped
 stage infer-medium-bf16 60 inference inference-medium-bf16 medium 3 --variant bf16
 stage infer-original-bf16 60 inference inference-original-bf16 original 2 --variant bf16
 stage training-tf32 90 training "$OUT/training-tf32.json" 12 --configs shipped original --modes captured --tf32
