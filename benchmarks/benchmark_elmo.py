@@ -31,6 +31,9 @@ time (the shared harness with batch size 1 on the first 50 sentences, no output 
 sentence-at-a-time service, which the main run cannot show because its batch-1 mode runs after the batches of 32
 in the same process and starts from the memory they left.
 
+`--prefetch` overlaps our side's tokenization with the model (`harness_prefetch`: the next batches tokenized in a
+background thread, pinned memory, copies that do not wait), as `ElmoEmbedder.prefetch` does.
+
 `--variant` times one of our optional faster modes instead of the exact float32 path (allennlp always runs in
 float32): `bf16` holds the weights and computes in bfloat16 (`elmo-hf embed --dtype bfloat16`), `int8` applies
 PyTorch's dynamic int8 quantization to the `nn.Linear` layers (highway and token projection; the LSTM's batched
@@ -86,14 +89,21 @@ def worker(args):
     model = model.to(args.device)
     tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
 
+    def tokenize(sentences):
+        return tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+
     def prep(sentences):
-        return tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt").to(args.device)
+        return tokenize(sentences).to(args.device)
+
+    sentences = make_workload(args.n_sent, seed=0)
+    reset = lambda: None  # noqa: E731
+    if args.prefetch:
+        prep, reset = harness_prefetch(benchlib, tokenize, sentences, args.batch_size, torch.device(args.device))
 
     def embed(batch):
         # Like allennlp's output: an average of all layers (a scalar mix with equal weights), on the host.
         return torch.stack(model(**batch, output_hidden_states=True).hidden_states).mean(0).float().cpu()
 
-    sentences = make_workload(args.n_sent, seed=0)
     if args.dump is not None:
         with torch.inference_mode():
             layers = model(**prep(sentences[:CHECK_SENTENCES]), output_hidden_states=True).hidden_states
@@ -103,7 +113,7 @@ def worker(args):
     results = benchlib.run_suite(
         prep,
         embed,
-        lambda: None,
+        reset,
         sentences,
         reps=args.reps,
         batch_size=args.batch_size,
@@ -112,6 +122,50 @@ def worker(args):
     results["env"] = benchlib.env_info()
     with open(args.json, "w") as output:
         json.dump(results, output, indent=1)
+
+
+def harness_prefetch(benchlib, tokenize, sentences, batch_size, device):
+    """`(prep, reset)` for the shared harness that overlap the host's tokenization with the model, as
+    `ElmoEmbedder.prefetch` does: when the harness asks for a batch of one of its modes (benchlib.make_batches), the
+    next two batches of that mode are tokenized in a background thread while the model runs this one; each batch goes
+    to the device from pinned memory without waiting. Nothing is prepared before the harness asks for a pass's first
+    batch (`reset`, called at the start of each pass, drops what is pending), so the timings hold all the work."""
+    import concurrent.futures
+
+    lists = [
+        benchlib.make_batches(sentences, batch_size, sort=True),
+        benchlib.make_batches(sentences, batch_size, sort=False),
+        [[sentence] for sentence in sentences[:SINGLE_SENTENCES]],
+    ]
+    following = {}  # a batch -> the batches after it in its mode
+    for batches in lists:
+        for index, batch in enumerate(batches):
+            following.setdefault(_batch_key(batch), batches[index + 1 : index + 3])
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    pending = {}
+
+    def prep(batch):
+        key = _batch_key(batch)
+        future = pending.pop(key, None)
+        for later in following.get(key, []):
+            if _batch_key(later) not in pending:
+                pending[_batch_key(later)] = executor.submit(tokenize, later)
+        encoded = future.result() if future is not None else tokenize(batch)
+        if device.type == "cuda":
+            encoded = {name: value.pin_memory() for name, value in encoded.items()}
+        return {name: value.to(device, non_blocking=True) for name, value in encoded.items()}
+
+    def reset():
+        for future in pending.values():
+            future.cancel()
+        concurrent.futures.wait(list(pending.values()))
+        pending.clear()
+
+    return prep, reset
+
+
+def _batch_key(batch):
+    return tuple(map(tuple, batch))
 
 
 def run_ours(args, checkpoint, json_path, dump_path=None, single_sentences=False):
@@ -136,6 +190,7 @@ def run_ours(args, checkpoint, json_path, dump_path=None, single_sentences=False
         args.device,
         "--lstm-implementation",
         args.lstm_implementation,
+        *(["--prefetch"] if args.prefetch else []),
         *_workload_arguments(args, single_sentences),
     ]
     if dump_path is not None:
@@ -350,6 +405,11 @@ def main(argv=None):
         help="our side's config.lstm_implementation (elmo_hf/lstm_paths.py): 'reference' times the plain loop (on a "
         "GPU: without CUDA graphs), 'cuda_graphs' the graphs of the reference step instead of the fused one",
     )
+    parser.add_argument(
+        "--prefetch",
+        action="store_true",
+        help="our side tokenizes the next batches in a background thread while the model runs (harness_prefetch)",
+    )
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
     parser.add_argument("--peer-dir", type=pathlib.Path, default=PEER_DIR)
     parser.add_argument(
@@ -389,6 +449,7 @@ def main(argv=None):
     all_results["variant"] = args.variant
     all_results["lstm_implementation"] = args.lstm_implementation
     all_results["device"] = args.device
+    all_results["prefetch"] = args.prefetch
     if args.device.startswith("cuda"):
         import torch
 

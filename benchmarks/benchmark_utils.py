@@ -33,8 +33,19 @@ TRAINING_CONFIGS = {
     "shipped": {"lstm_dim": 512, "projection_dim": 128},
     "larger": {"lstm_dim": 1024, "projection_dim": 256},
     "medium": {"lstm_dim": 2048, "projection_dim": 256},  # the published medium model's LSTM (for a GPU)
+    # The published original model's shape (bilm-tf's options.json), with the 1B Word Benchmark's vocabulary and
+    # 8,192 negatives, so that the softmax's dense gradient and update cost what they cost there (for a GPU).
+    "original": {
+        "lstm_dim": 4096,
+        "projection_dim": 512,
+        "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+        "num_highway_layers": 2,
+        "max_characters_per_token": 50,
+        "num_sampled_negatives": 8192,
+        "vocab_size": 793471,
+    },
 }
-TRAINING_SHARED = {  # the rest of the shipped model's configuration
+TRAINING_SHARED = {  # the rest of the shipped model's configuration (a configuration's own fields replace these)
     "char_embedding_dim": 16,
     "filters": [[width, 25 * width] for width in range(1, 7)],
     "num_highway_layers": 1,

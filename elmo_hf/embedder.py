@@ -8,7 +8,11 @@ the processes share the chunks. `ElmoEmbedder.embed_dataset` adds the vectors to
 [`ElmoTokenCache`] replaces the character encoder by a table lookup for the words of a known vocabulary.
 """
 
+import collections
+import concurrent.futures
+import functools
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -111,7 +115,13 @@ class ElmoEmbedder:
         quantize (str, optional): "int8" runs the LSTM's per-step products with int8 weights (CPU, float32 model:
             `ElmoModel.quantize_weights`), faster for one sentence at a time; vectors then deviate slightly from
             float32 and depend slightly on their batch-mates (`docs/speed.md`).
+
+    Attribute `prefetch` (None, True or False): tokenize the next batches in a background thread while the model runs
+    the current one, and copy each batch to the device from pinned memory without waiting; None (the default) does so
+    on a CUDA device only. The vectors are the same either way.
     """
+
+    prefetch = None
 
     def __init__(self, model, tokenizer=None, device=None, dtype=None, quantize=None):
         if not isinstance(model, ElmoModel):
@@ -403,11 +413,15 @@ class ElmoEmbedder:
         for index, words in enumerate(sentences):
             if not isinstance(words, (list, tuple)) or not words:
                 raise ValueError(f"sentence {index} must be a non-empty list of words, got {words!r}")
-        for indices in length_batches([len(words) for words in sentences], batch_size, max_tokens_per_batch):
-            encoded = self.tokenizer(
-                [sentences[index] for index in indices], is_split_into_words=True, padding=True, return_tensors="pt"
+        batches = length_batches([len(words) for words in sentences], batch_size, max_tokens_per_batch)
+        prefetch = self.device.type == "cuda" if self.prefetch is None else self.prefetch
+        for indices, encoded in _prefetched(batches, functools.partial(self._encode, sentences), prefetch):
+            if prefetch and self.device.type == "cuda":  # pinned here, not in the thread: a graph capture forbids
+                encoded = {key: value.pin_memory() for key, value in encoded.items()}  # CUDA calls in other threads
+            input_ids, attention_mask = (
+                encoded[key].to(self.device, non_blocking=prefetch) for key in ("input_ids", "attention_mask")
             )
-            output = self._run_model(encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device))
+            output = self._run_model(input_ids, attention_mask)
             hidden = torch.stack(output.hidden_states, dim=1).float()  # (batch, layers, longest + 2, dim)
             lengths = torch.tensor([len(sentences[index]) for index in indices], device=self.device)  # (batch,)
             if boundaries:
@@ -427,11 +441,40 @@ class ElmoEmbedder:
                 # The copies drop the padding (and </S> unless kept), and free the batch's buffer.
                 yield indices, [hidden[row][..., :length, :].copy() for row, length in enumerate(lengths.tolist())]
 
+    def _encode(self, sentences, indices):
+        """The tokenizer's padded batch of `sentences[indices]` (CPU tensors)."""
+        return self.tokenizer(
+            [sentences[index] for index in indices], is_split_into_words=True, padding=True, return_tensors="pt"
+        )
+
     def _run_model(self, input_ids, attention_mask):
         # The cache is an argument of this call only: the model is not modified, so threads may share it.
         return self.model(
             input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, token_cache=self.token_cache
         )
+
+
+def _prefetched(items, prepare, enabled, depth=2):
+    """Yield `(item, prepare(item))` for each of `items`, in order; when `enabled`, `prepare` runs in one background
+    thread up to `depth` items ahead of the consumer (its errors are raised here, at the item that raised them)."""
+    if not enabled:
+        for item in items:
+            yield item, prepare(item)
+        return
+    items = iter(items)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="elmo-prefetch") as executor:
+        pending = collections.deque()
+        try:
+            for item in itertools.islice(items, depth):
+                pending.append((item, executor.submit(prepare, item)))
+            while pending:
+                item, future = pending.popleft()
+                for following in itertools.islice(items, 1):
+                    pending.append((following, executor.submit(prepare, following)))
+                yield item, future.result()
+        finally:
+            for _, future in pending:  # a consumer that stops early: nothing more is prepared
+                future.cancel()
 
 
 def length_batches(lengths, batch_size, max_tokens_per_batch=None):
