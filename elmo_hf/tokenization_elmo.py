@@ -251,6 +251,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """Split raw text into words, as `__call__` does for strings."""
         return self._pre_tokenize(text)[0]
 
+    # A word's id is a row of character ids (the base class returns one int per token).
     def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> list[int] | list[list[int]]:  # type: ignore[override]
         """Character ids of one word (a list of ints) or of a list of words (a list of lists)."""
         if isinstance(tokens, str):
