@@ -39,6 +39,7 @@ setup(
             "scikit-learn>=1.3",
             "onnx>=1.16",
             "ruff==0.17.6",  # .ci/run: lint and format check (pinned: formatting differs between versions)
+            "mypy==2.4.1",  # .ci/run: the type check, mypy.ini (pinned: what it reports differs between versions)
             "onnxruntime>=1.18",
             "matplotlib>=3.7",
             # tests/test_cuda_kernels.py runs the GPU step's Triton kernels through Triton's interpreter on the CPU.

@@ -15,6 +15,8 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,7 +34,7 @@ from .convert_common import (
     verify_against_reference,
 )
 from .model_card import write_model_card
-from .modeling_elmo import ElmoForPreTraining
+from .modeling_elmo import ElmoForPreTraining, ElmoModel
 from .tf_checkpoint_reader import read_tf_checkpoint
 from .tokenization_elmo import ElmoTokenizer
 from .user_errors import UserInputError, unreadable_file_error
@@ -64,7 +66,7 @@ CONFIG_FIELD_TO_OPTION = {
 }
 
 
-def config_from_options(options, **overrides):
+def config_from_options(options: str | os.PathLike[str] | dict[str, Any], **overrides: Any) -> ElmoConfig:
     """The `ElmoConfig` described by bilm-tf's options.json (a path, or the already parsed dict).
 
     Keys that only steer bilm-tf's training (batch_size, n_epochs, ...) are ignored. Keyword arguments override
@@ -113,7 +115,7 @@ def config_from_options(options, **overrides):
         raise UserInputError(f"options '{CONFIG_FIELD_TO_OPTION[error.field]}': {error}") from None
 
 
-def options_from_config(config):
+def options_from_config(config: ElmoConfig) -> dict[str, Any]:
     """The bilm-tf options.json dict (inference form) describing `config`."""
     return {
         "lstm": {
@@ -136,7 +138,7 @@ def options_from_config(config):
     }
 
 
-def _read_options_file(path):
+def _read_options_file(path: str | os.PathLike[str]) -> Any:
     try:
         with open(path, encoding="utf-8") as options_file:
             return json.load(options_file)
@@ -146,7 +148,7 @@ def _read_options_file(path):
         raise unreadable_file_error(path, error, "bilm-tf's options.json") from None
 
 
-def _section(options, name, prefix=""):
+def _section(options: dict[str, Any], name: str, prefix: str = "") -> dict[str, Any]:
     if name not in options:
         raise UserInputError(f"options is missing the key '{prefix}{name}'")
     if not isinstance(options[name], dict):
@@ -154,7 +156,7 @@ def _section(options, name, prefix=""):
     return options[name]
 
 
-def _required(section, section_name, key):
+def _required(section: dict[str, Any], section_name: str, key: str) -> Any:
     if key not in section:
         raise UserInputError(f"options is missing the key '{section_name}.{key}'")
     return section[key]
@@ -163,20 +165,20 @@ def _required(section, section_name, key):
 # ---- hdf5 weights: the key table ----
 
 
-def _tf_gates_to_torch(x, axis=-1):
+def _tf_gates_to_torch(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """TF LSTMCell gate blocks (i, j, f, o) -> PyTorch's (i, f, g, o), along `axis`."""
     i, j, f, o = np.split(x, 4, axis=axis)
     return np.concatenate([i, f, j, o], axis=axis)
 
 
-def _add_forget_bias(bias):
+def _add_forget_bias(bias: np.ndarray) -> np.ndarray:
     bias = bias.copy()
     quarter = bias.shape[-1] // 4
     bias[quarter : 2 * quarter] += 1.0  # block 1 is the forget gate in PyTorch order
     return bias
 
 
-def hdf5_key_table(config):
+def hdf5_key_table(config: ElmoConfig) -> list[KeyTableEntry]:
     """One entry per (source dataset, target parameter) pair for a bilm-tf hdf5 weight file."""
     dim, filters_width = config.char_embedding_dim, config.num_filters
     proj, cell = config.projection_dim, config.lstm_dim
@@ -267,13 +269,13 @@ def hdf5_key_table(config):
     return table
 
 
-def read_hdf5_weights(path):
+def read_hdf5_weights(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """{dataset name: float32 array} for every dataset in a bilm-tf weight file."""
     import h5py
 
     if not os.path.isfile(path):
         raise UserInputError(f"{path}: no such file; expected bilm-tf's weights .hdf5")
-    arrays = {}
+    arrays: dict[str, np.ndarray] = {}
     try:
         with h5py.File(path, "r") as weight_file:
             weight_file.visititems(
@@ -291,7 +293,7 @@ def read_hdf5_weights(path):
 # ---- Independent check: bilm-tf's arithmetic on the raw arrays, in NumPy ----
 
 
-def bilm_tf_reference_layers(arrays, config, char_ids):
+def bilm_tf_reference_layers(arrays: Mapping[str, np.ndarray], config: ElmoConfig, char_ids: np.ndarray) -> np.ndarray:
     """All layers `(num_lstm_layers + 1, words, 2 * projection_dim)` of one sentence as bilm-tf computes them
     from its hdf5 arrays (TF layouts, gate order i, j, f, o, forget bias 1.0, zero initial state)."""
     table = np.concatenate([np.zeros((1, arrays["char_embed"].shape[1]), np.float32), arrays["char_embed"]])
@@ -338,7 +340,9 @@ def bilm_tf_reference_layers(arrays, config, char_ids):
     return np.stack(layers)
 
 
-def verify_bilm_tf(model, tokenizer, arrays, config):
+def verify_bilm_tf(
+    model: ElmoModel, tokenizer: ElmoTokenizer, arrays: Mapping[str, np.ndarray], config: ElmoConfig
+) -> float:
     """Raise unless the model's layers match bilm-tf's arithmetic on `arrays` (`VERIFY_SENTENCES`); return the
     largest difference."""
     return verify_against_reference(
@@ -350,7 +354,12 @@ def verify_bilm_tf(model, tokenizer, arrays, config):
     )
 
 
-def convert_hdf5(options_path, weights_path, output_dir=None, card_options=None):
+def convert_hdf5(
+    options_path: str | os.PathLike[str],
+    weights_path: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str] | None = None,
+    card_options: dict[str, Any] | None = None,
+) -> tuple[ElmoModel, ElmoTokenizer, dict[str, Any]]:
     """Convert options.json + weights.hdf5; verify; save to `output_dir` when given, with a model card made by
     `write_model_card(output_dir, model, **card_options)` (`card_options` defaults to loading from
     `output_dir`). Returns (model, tokenizer, report dict)."""
@@ -404,10 +413,14 @@ CHECKPOINT_SOFTMAX = {"lm/softmax/W": "lm_head.weight", "lm/softmax/b": "lm_head
 CHECKPOINT_SKIPPED = re.compile(r".*/Adagrad|global_step|train_perplexity")
 
 
-def split_checkpoint_arrays(arrays, source_name):
+def split_checkpoint_arrays(
+    arrays: Mapping[str, np.ndarray], source_name: str
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Sort checkpoint arrays into (hdf5-named biLM arrays, softmax arrays by parameter name); any variable
     that is neither known nor skipped on purpose is an error."""
-    bilm, softmax, unknown = {}, {}, []
+    bilm: dict[str, np.ndarray] = {}
+    softmax: dict[str, np.ndarray] = {}
+    unknown: list[str] = []
     for name, array in arrays.items():
         if CHECKPOINT_SKIPPED.fullmatch(name):
             continue
@@ -427,14 +440,20 @@ def split_checkpoint_arrays(arrays, source_name):
     return bilm, softmax
 
 
-def convert_tf_checkpoint(checkpoint_prefix, options_path, vocab_path=None, output_dir=None):
+def convert_tf_checkpoint(
+    checkpoint_prefix: str | os.PathLike[str],
+    options_path: str | os.PathLike[str],
+    vocab_path: str | os.PathLike[str] | None = None,
+    output_dir: str | os.PathLike[str] | None = None,
+) -> tuple[ElmoModel | ElmoForPreTraining, ElmoTokenizer, dict[str, Any]]:
     """Convert a bilm-tf training checkpoint (+ options.json, + vocab.txt when it has a softmax) to an
     `ElmoForPreTraining`, or to an `ElmoModel` when the checkpoint has no softmax. Verifies before saving.
     Returns (model, tokenizer, report dict)."""
     options = _read_options_file(options_path)
     arrays = read_tf_checkpoint(str(checkpoint_prefix))
     bilm_arrays, softmax = split_checkpoint_arrays(arrays, str(checkpoint_prefix))
-    config_fields, vocabulary = {}, None
+    config_fields: dict[str, Any] = {}
+    vocabulary: ElmoWordVocabulary | None = None
     if softmax:
         vocab_size = softmax["lm_head.weight"].shape[0]
         if vocab_path is None:
@@ -462,7 +481,7 @@ def convert_tf_checkpoint(checkpoint_prefix, options_path, vocab_path=None, outp
     elmo = build_model(config, state_dict)
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     max_difference = verify_bilm_tf(elmo, tokenizer, bilm_arrays, config)
-    model = elmo
+    model: ElmoModel | ElmoForPreTraining = elmo
     if softmax:
         model = ElmoForPreTraining(config)
         model.elmo.load_state_dict(state_dict, strict=True)

@@ -17,6 +17,8 @@ import json
 import os
 import pickle
 import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,6 +34,7 @@ from .convert_common import (
     sigmoid,
     verify_against_reference,
 )
+from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 from .user_errors import UserInputError
 
@@ -66,14 +69,14 @@ PACKAGE_CONFIGS = {
 # ---- the model folder ----
 
 
-def is_efml_folder(folder):
+def is_efml_folder(folder: str | os.PathLike[str]) -> bool:
     """Whether `folder` looks like an ELMoForManyLangs model (its weight files), not a converted checkpoint."""
     return os.path.isfile(os.path.join(folder, "encoder.pkl")) and not os.path.isfile(
         os.path.join(folder, "model.safetensors")
     )
 
 
-def _read_json(path, what):
+def _read_json(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
     if not os.path.isfile(path):
         raise UserInputError(f"{path}: no such file; expected {what}")
     try:
@@ -86,7 +89,7 @@ def _read_json(path, what):
     return value
 
 
-def read_model_config(folder):
+def read_model_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
     """The model config of an ELMoForManyLangs folder, and where it came from, looked for as `Embedder` does: the
     `config_path` of config.json joined to the folder, then its file name in the folder, then the package's own
     configs (published models name a path on their trainer's machine)."""
@@ -107,13 +110,13 @@ def read_model_config(folder):
     )
 
 
-def read_lexicon(path):
+def read_lexicon(path: str | os.PathLike[str]) -> dict[str, int]:
     """{token: id} of a `char.dic`/`word.dic`, parsed exactly as ELMoForManyLangs does: each line stripped, then split
     at tabs; a line left with one field (its token was whitespace, stripped away) is the token U+3000. The ids must
     be the embedding rows 0..N-1."""
     if not os.path.isfile(path):
         raise UserInputError(f"{path}: no such file; expected ELMoForManyLangs' lexicon, one 'token<TAB>id' a line")
-    lexicon = {}
+    lexicon: dict[str, int] = {}
     with open(path, encoding="utf-8") as file:
         for number, line in enumerate(file, 1):
             fields = line.strip().split("\t")
@@ -127,7 +130,7 @@ def read_lexicon(path):
     return lexicon
 
 
-def read_state_dict(path):
+def read_state_dict(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """{name: float32 array} of one weight file (a torch state dict), read without unpickling any object."""
     what = "ELMoForManyLangs' weights, a torch state dict of tensors"
     if not os.path.isfile(path):
@@ -147,7 +150,9 @@ def read_state_dict(path):
 # ---- the config ----
 
 
-def config_from_model_config(model_config, source, char_lexicon, word_lexicon):
+def config_from_model_config(
+    model_config: dict[str, Any], source: str, char_lexicon: Mapping[str, int], word_lexicon: Mapping[str, int] | None
+) -> ElmoConfig:
     """The ElmoConfig of an ELMoForManyLangs model config (`source` names it in errors)."""
     try:
         encoder, token = model_config["encoder"], model_config["token_embedder"]
@@ -171,7 +176,8 @@ def config_from_model_config(model_config, source, char_lexicon, word_lexicon):
             char_vocabulary="lexicon",
             num_characters=len(char_lexicon) + 1,
             word_embedding_dim=token["word_dim"],
-            word_embedding_vocab_size=len(word_lexicon) + 1 if token["word_dim"] > 0 else 0,
+            # word_lexicon is given whenever word_dim > 0 (convert_efml reads word.dic then).
+            word_embedding_vocab_size=len(word_lexicon) + 1 if token["word_dim"] > 0 else 0,  # type: ignore[arg-type]
             always_project_tokens=True,  # it projects even when the widths already match
             lstm_dim=encoder["dim"],
             projection_dim=encoder["projection_dim"],
@@ -192,7 +198,7 @@ def config_from_model_config(model_config, source, char_lexicon, word_lexicon):
 # ---- the weights: the key table ----
 
 
-def efml_key_table(config):
+def efml_key_table(config: ElmoConfig) -> list[KeyTableEntry]:
     """One entry per (source tensor, target parameter) pair. Sources are named `file/key`: `token_embedder.pkl/...`
     (ConvTokenEmbedder) and `encoder.pkl/...` (ElmobiLm)."""
     char_dim, filters_width, word_dim = config.char_embedding_dim, config.num_filters, config.word_embedding_dim
@@ -286,7 +292,9 @@ def efml_key_table(config):
     return table
 
 
-def check_state_dicts(folder, arrays, key_table):
+def check_state_dicts(
+    folder: str | os.PathLike[str], arrays: Mapping[str, np.ndarray], key_table: Sequence[KeyTableEntry]
+) -> None:
     """Each weight file holds exactly the keys and shapes the model config gives it; else an error naming the file."""
     expected = {entry.source: entry.source_shape for entry in key_table}
     for name in sorted(arrays):
@@ -308,10 +316,15 @@ def check_state_dicts(folder, arrays, key_table):
 # ---- the tokenizer ----
 
 
-def efml_tokenizer(config, char_lexicon, word_lexicon, lexicon_dir):
+def efml_tokenizer(
+    config: ElmoConfig,
+    char_lexicon: Mapping[str, int],
+    word_lexicon: Mapping[str, int] | None,
+    lexicon_dir: str | os.PathLike[str],
+) -> ElmoTokenizer:
     """An ElmoTokenizer reproducing ELMoForManyLangs' rows (frontend.create_one_batch); its lexicons are written to
     `lexicon_dir` first."""
-    files = {}
+    files: dict[str, Any] = {}  # the lexicon file arguments
     for key, lexicon in (("char_lexicon_file", char_lexicon), ("word_lexicon_file", word_lexicon)):
         if lexicon is not None:
             files[key] = os.path.join(lexicon_dir, ElmoTokenizer.vocab_files_names[key])
@@ -332,7 +345,9 @@ def efml_tokenizer(config, char_lexicon, word_lexicon, lexicon_dir):
 # ---- Independent check: ELMoForManyLangs' arithmetic on the raw tensors, in NumPy ----
 
 
-def efml_reference_layers(arrays, config, char_rows, word_ids=None):
+def efml_reference_layers(
+    arrays: Mapping[str, np.ndarray], config: ElmoConfig, char_rows: np.ndarray, word_ids: np.ndarray | None = None
+) -> np.ndarray:
     """All layers `(num_lstm_layers + 1, words, 2 * projection_dim)` of one sentence as ELMoForManyLangs computes
     them from its state dicts (its ids, zero initial state). char_rows `(words, max_chars)`, word_ids `(words,)`."""
     token = {key.split("/", 1)[1]: value for key, value in arrays.items() if key.startswith("token_embedder.pkl/")}
@@ -377,12 +392,14 @@ def efml_reference_layers(arrays, config, char_rows, word_ids=None):
     return np.stack(layers)
 
 
-def verify_efml(model, tokenizer, arrays, config):
+def verify_efml(
+    model: ElmoModel, tokenizer: ElmoTokenizer, arrays: Mapping[str, np.ndarray], config: ElmoConfig
+) -> float:
     """Raise unless the model's layers match ELMoForManyLangs' arithmetic on `arrays` (`VERIFY_SENTENCES`); return
     the largest difference."""
     chars = config.max_characters_per_token
 
-    def reference_layers(input_ids):
+    def reference_layers(input_ids: np.ndarray) -> np.ndarray:
         ids = input_ids - 1  # back to ELMoForManyLangs' ids: the character rows, then the word's id when it has one
         return efml_reference_layers(
             arrays, config, ids[:, :chars], ids[:, chars] if config.word_embedding_dim else None
@@ -394,7 +411,9 @@ def verify_efml(model, tokenizer, arrays, config):
 # ---- conversion ----
 
 
-def convert_efml(folder, output_dir=None):
+def convert_efml(
+    folder: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None = None
+) -> tuple[ElmoModel, ElmoTokenizer, dict[str, Any]]:
     """Convert an ELMoForManyLangs model folder; verify; save to `output_dir` when given (config.json,
     model.safetensors, the tokenizer and its lexicons, conversion_report.json). Returns (model, tokenizer, report)."""
     folder = str(folder)
@@ -414,7 +433,7 @@ def convert_efml(folder, output_dir=None):
             path = os.path.join(folder, name)
             raise UserInputError(f"{path}: has no entry {missing[0]!r}, expected ELMoForManyLangs' {' '.join(markers)}")
     config = config_from_model_config(model_config, config_source, char_lexicon, word_lexicon)
-    arrays = {}
+    arrays: dict[str, np.ndarray] = {}
     for name in WEIGHT_FILES:
         arrays.update({f"{name}/{key}": value for key, value in read_state_dict(os.path.join(folder, name)).items()})
     key_table = efml_key_table(config)

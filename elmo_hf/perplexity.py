@@ -18,7 +18,9 @@ Protocols:
 """
 
 import math
+import os
 import sys
+from collections.abc import Sequence
 
 import torch
 from tqdm import tqdm
@@ -31,9 +33,11 @@ from .user_errors import UserInputError, unloadable_model_error, unreadable_file
 from .word_vocabulary import ElmoWordVocabulary
 
 PROTOCOLS = ("bilm-tf", "stateless")
+# The LSTM state `(cell, hidden)`, each `(layers, 2, rows, lstm_dim)` (`ElmoModelOutput.lstm_states`).
+LstmStates = tuple[torch.Tensor, ...]
 
 
-def read_sentences(path):
+def read_sentences(path: str | os.PathLike[str]) -> list[list[str]]:
     """One list of words per line (whitespace-split, as bilm-tf); errors on a text without any word."""
     try:
         with open(path, encoding="utf-8") as text:
@@ -45,10 +49,10 @@ def read_sentences(path):
     return sentences
 
 
-def bilm_tf_schedule(lengths, batch_size):
+def bilm_tf_schedule(lengths: Sequence[int], batch_size: int) -> tuple[list[list[list[int]]], int]:
     """bilm-tf's assignment of sentences to rows: for every row, the `[sentence index, steps]` segments it reads,
     each sentence of n words giving n + 1 steps, cut to the number of complete batches (the same for every row)."""
-    rows = [[] for _ in range(batch_size)]
+    rows: list[list[list[int]]] = [[] for _ in range(batch_size)]
     remaining = [0] * batch_size
     next_sentence, complete_batches = 0, 0
     while True:
@@ -64,8 +68,8 @@ def bilm_tf_schedule(lengths, batch_size):
         complete_batches += 1
 
 
-def _first_steps(segments, steps):
-    kept = []
+def _first_steps(segments: list[list[int]], steps: int) -> list[list[int]]:
+    kept: list[list[int]] = []
     for sentence, length in segments:
         if steps == 0:
             break
@@ -77,16 +81,16 @@ def _first_steps(segments, steps):
 class _Totals:
     """Sums of negative log-likelihoods and target counts, per direction."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.loss = [0.0, 0.0]
         self.count = [0, 0]
 
-    def add(self, direction, log_probs, targets):
+    def add(self, direction: int, log_probs: torch.Tensor, targets: torch.Tensor) -> None:
         """log_probs (N, V) of the states predicting targets (N,)."""
         self.loss[direction] += float(-log_probs.gather(1, targets.unsqueeze(1)).sum())
         self.count[direction] += len(targets)
 
-    def result(self, protocol):
+    def result(self, protocol: str) -> dict[str, str | float]:
         forward, backward = (self.loss[d] / self.count[d] for d in (0, 1))
         return {
             "protocol": protocol,
@@ -97,7 +101,7 @@ class _Totals:
         }
 
 
-def _char_id_batch(tokenizer, word_lists):
+def _char_id_batch(tokenizer: ElmoTokenizer, word_lists: Sequence[Sequence[str]]) -> torch.Tensor:
     """(batch, longest, max_characters_per_token) char ids of word lists (boundaries given as words), 0-padded."""
     longest = max(len(words) for words in word_lists)
     batch = torch.zeros(len(word_lists), longest, tokenizer.max_characters_per_token, dtype=torch.long)
@@ -107,14 +111,23 @@ def _char_id_batch(tokenizer, word_lists):
     return batch
 
 
-def _direction_log_probs(model, input_ids, lstm_states, direction):
+def _direction_log_probs(
+    model: ElmoForPreTraining, input_ids: torch.Tensor, lstm_states: LstmStates | None, direction: int
+) -> tuple[torch.Tensor, LstmStates]:
     """Log-probabilities (batch, words, V) of one direction's top states, and the LSTM states after the call."""
     output = model.elmo(input_ids, lstm_states=lstm_states)
     states = output.last_hidden_state.split(model.config.projection_dim, dim=-1)[direction]  # (batch, words, proj)
     return model.lm_head(states).log_softmax(-1), output.lstm_states
 
 
-def evaluate_bilm_tf(model, tokenizer, vocabulary, sentences, batch_size, progress=None):
+def evaluate_bilm_tf(
+    model: ElmoForPreTraining,
+    tokenizer: ElmoTokenizer,
+    vocabulary: ElmoWordVocabulary,
+    sentences: Sequence[Sequence[str]],
+    batch_size: int,
+    progress: tqdm | None = None,
+) -> dict[str, str | float]:
     """bilm-tf's stateful streaming protocol (see the module docstring)."""
     schedule, batches = bilm_tf_schedule([len(words) for words in sentences], batch_size)
     if batches == 0:
@@ -125,13 +138,16 @@ def evaluate_bilm_tf(model, tokenizer, vocabulary, sentences, batch_size, progre
     if progress is not None:
         progress.total = batches * batch_size  # the targets of the complete batches
     totals = _Totals()
-    states = None
+    states: LstmStates | None = None
     for round_index in range(max(len(segments) for segments in schedule)):
-        forward_inputs, forward_targets, backward_inputs, backward_targets = [], [], [], []
+        forward_inputs: list[list[str]] = []
+        forward_targets: list[list[str]] = []
+        backward_inputs: list[list[str]] = []
+        backward_targets: list[list[str]] = []
         for segments in schedule:
             if round_index >= len(segments):
-                forward_inputs.append([]), forward_targets.append([])
-                backward_inputs.append([]), backward_targets.append([])
+                for row_words in (forward_inputs, forward_targets, backward_inputs, backward_targets):
+                    row_words.append([])
                 continue
             sentence, steps = segments[round_index]
             words = ["<S>", *sentences[sentence], "</S>"]
@@ -142,7 +158,7 @@ def evaluate_bilm_tf(model, tokenizer, vocabulary, sentences, batch_size, progre
             # Backward reads the last `steps` words (from </S> leftwards) and predicts the word before each.
             backward_inputs.append(words[first + 1 :])
             backward_targets.append(words[first:-1])
-        next_states = []
+        next_states: list[LstmStates] = []
         for direction, inputs, targets in (
             (0, forward_inputs, forward_targets),
             (1, backward_inputs, backward_targets),
@@ -163,7 +179,14 @@ def evaluate_bilm_tf(model, tokenizer, vocabulary, sentences, batch_size, progre
     return totals.result("bilm-tf")
 
 
-def evaluate_stateless(model, tokenizer, vocabulary, sentences, batch_size, progress=None):
+def evaluate_stateless(
+    model: ElmoForPreTraining,
+    tokenizer: ElmoTokenizer,
+    vocabulary: ElmoWordVocabulary,
+    sentences: Sequence[Sequence[str]],
+    batch_size: int,
+    progress: tqdm | None = None,
+) -> dict[str, str | float]:
     """Every sentence alone from a zero state; batches of `batch_size` sentences."""
     totals = _Totals()
     for start in range(0, len(sentences), batch_size):
@@ -180,7 +203,15 @@ def evaluate_stateless(model, tokenizer, vocabulary, sentences, batch_size, prog
     return totals.result("stateless")
 
 
-def evaluate_perplexity(model, tokenizer, vocabulary, sentences, protocol="bilm-tf", batch_size=1, show_progress=False):
+def evaluate_perplexity(
+    model: ElmoForPreTraining,
+    tokenizer: ElmoTokenizer,
+    vocabulary: ElmoWordVocabulary,
+    sentences: Sequence[Sequence[str]],
+    protocol: str = "bilm-tf",
+    batch_size: int = 1,
+    show_progress: bool = False,
+) -> dict[str, str | float]:
     """{"protocol", "forward_perplexity", "backward_perplexity", "perplexity", "targets_per_direction"}: the
     characters of `sentences` (lists of words) from `tokenizer`, their targets from `vocabulary`
     ([`ElmoWordVocabulary`])."""
@@ -202,7 +233,9 @@ def evaluate_perplexity(model, tokenizer, vocabulary, sentences, protocol="bilm-
         return evaluate(model.eval(), tokenizer, vocabulary, sentences, batch_size, progress)
 
 
-def load_language_model(model_dir):
+def load_language_model(
+    model_dir: str | os.PathLike[str],
+) -> tuple[ElmoForPreTraining, ElmoTokenizer, ElmoWordVocabulary]:
     """(ElmoForPreTraining, its tokenizer, its word vocabulary) from a checkpoint folder, Hub name or shipped model's
     name (`elmo_hf.SHIPPED_MODELS`)."""
     model_dir = shipped_model_path(model_dir)

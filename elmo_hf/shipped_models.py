@@ -18,7 +18,7 @@ PTB_MODEL = os.path.join(_FOLDER, "elmo-ptb-small")
 SHIPPED_MODELS = {"elmo-english-small": DEFAULT_MODEL, "elmo-news-small": NEWS_MODEL, "elmo-ptb-small": PTB_MODEL}
 
 
-def shipped_model_path(name_or_path):
+def shipped_model_path(name_or_path: str | os.PathLike[str]) -> str | os.PathLike[str]:
     """The folder of the shipped model named `name_or_path` (a key of `SHIPPED_MODELS`) unless a folder of that name
     exists here; any other value unchanged."""
     if isinstance(name_or_path, str) and name_or_path in SHIPPED_MODELS and not os.path.exists(name_or_path):

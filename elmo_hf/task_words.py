@@ -12,15 +12,26 @@ the tools around it (vocabulary, pretrained vectors, the example scripts' option
 """
 
 import math
+import os
 from collections import Counter
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .user_errors import UserInputError
 
+if TYPE_CHECKING:  # the model does not import this module, nor this module the model
+    from .configuration_elmo import ElmoConfig
+    from .modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
 
-def build_task_word_vocab(sentences, min_count=2, lowercase=True, max_size=None):
+    ElmoTaskHead = ElmoForTokenClassification | ElmoForSequenceClassification
+
+
+def build_task_word_vocab(
+    sentences: Iterable[Iterable[str]], min_count: int = 2, lowercase: bool = True, max_size: int | None = None
+) -> list[str]:
     r"""
     The task vocabulary of a training set: words seen at least `min_count` times, most frequent first (ties in
     alphabetical order), at most `max_size`.
@@ -39,7 +50,7 @@ def build_task_word_vocab(sentences, min_count=2, lowercase=True, max_size=None)
     return kept if max_size is None else kept[:max_size]
 
 
-def add_pretrained_words(vocab, pretrained_words, lowercase=True):
+def add_pretrained_words(vocab: Iterable[str], pretrained_words: Iterable[str], lowercase: bool = True) -> list[str]:
     r"""
     `vocab` followed by every word of `pretrained_words` it lacks (lowercased when `lowercase`), in their order: a
     test word never seen in training then keeps its pretrained vector instead of becoming the unknown word.
@@ -57,7 +68,7 @@ def add_pretrained_words(vocab, pretrained_words, lowercase=True):
     return list(vocab) + [word for word in added if word not in known]
 
 
-def pretrained_word_list(vectors_file=None, bilm_path=None):
+def pretrained_word_list(vectors_file: str | None = None, bilm_path: str | os.PathLike[str] | None = None) -> list[str]:
     """The words that have a pretrained vector: those of `vectors_file` (GloVe or word2vec text), else those of the
     biLM's softmax vocabulary at `bilm_path` (its `vocab.txt`, without `<S>`, `</S>`, `<UNK>`); [] for neither."""
     if vectors_file is not None:
@@ -71,7 +82,9 @@ def pretrained_word_list(vectors_file=None, bilm_path=None):
     return ElmoWordVocabulary.from_pretrained(bilm_path).words[len(WORD_VOCAB_HEAD) :]
 
 
-def read_word_vectors(path, words=None, lowercase=True):
+def read_word_vectors(
+    path: str | os.PathLike[str], words: Container[str] | None = None, lowercase: bool = True
+) -> dict[str, torch.Tensor]:
     r"""
     Word vectors from a text file, GloVe (`word v1 ... vd` per line) or word2vec text (the same after a `count dim`
     header line).
@@ -87,7 +100,8 @@ def read_word_vectors(path, words=None, lowercase=True):
     Raises:
         UserInputError: one line naming the file and the line, for a line that is not a word and `dim` numbers.
     """
-    vectors, dim = {}, None
+    vectors: dict[str, torch.Tensor] = {}
+    dim: int | None = None
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             fields = line.rstrip("\n").rstrip().split(" ")
@@ -113,7 +127,9 @@ def read_word_vectors(path, words=None, lowercase=True):
     return vectors
 
 
-def softmax_word_vectors(bilm_path, words, lowercase=True):
+def softmax_word_vectors(
+    bilm_path: str | os.PathLike[str], words: Iterable[str], lowercase: bool = True
+) -> dict[str, torch.Tensor]:
     r"""
     The biLM's softmax embeddings (`lm_head.weight`, `projection_dim` wide) of `words`, when the checkpoint at
     `bilm_path` has a softmax and its `vocab.txt`; an empty dict otherwise. A lowercased task word takes the row of
@@ -134,7 +150,7 @@ def softmax_word_vectors(bilm_path, words, lowercase=True):
         softmax = weights.get_tensor("lm_head.weight")  # (vocab_size, projection_dim)
     vocabulary = ElmoWordVocabulary.from_pretrained(bilm_path)
     rows = {word: row for row, word in enumerate(vocabulary.words)}
-    vectors = {}
+    vectors: dict[str, torch.Tensor] = {}
     for word in words:
         forms = (word, word.capitalize(), word.upper()) if lowercase else (word,)
         row = next((rows[form] for form in forms if form in rows), None)
@@ -143,7 +159,9 @@ def softmax_word_vectors(bilm_path, words, lowercase=True):
     return vectors
 
 
-def initialise_task_words(model, vectors_file=None, bilm_path=None):
+def initialise_task_words(
+    model: "ElmoTaskHead", vectors_file: str | None = None, bilm_path: str | os.PathLike[str] | None = None
+) -> str:
     r"""
     Starts the task word embedding of `model` (a head with `config.task_word_vocab`) from pretrained vectors: the
     words of `vectors_file` (GloVe or word2vec text), else those of the biLM's softmax at `bilm_path`; the other
@@ -208,7 +226,12 @@ class TaskWordArguments:
         },
     )
 
-    def head_options(self, config, train_sentences, bilm_path=None):
+    def head_options(
+        self,
+        config: "ElmoConfig",
+        train_sentences: Iterable[Iterable[str]],
+        bilm_path: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
         """Config fields for `from_pretrained`: the task input flags, and a vocabulary built from `train_sentences`
         (lists of words) unless `config` (a trained head) has one; with `task_word_pretrained_vocab`, the words of
         the pretrained vectors join it (the biLM's at `bilm_path` with `task_words_from_bilm`)."""
@@ -232,7 +255,7 @@ class TaskWordArguments:
             options["task_word_vocab"] = vocab
         return options
 
-    def initialise(self, model, bilm_path):
+    def initialise(self, model: "ElmoTaskHead", bilm_path: str | os.PathLike[str] | None) -> str | None:
         """Loads the pretrained task word vectors asked for into a new head; returns what it did, or None."""
         if model.task_encoder.task_words is None or self.task_word_min_count is None:
             return None

@@ -9,6 +9,7 @@ Only the protobuf fields needed here are decoded, by hand: no TensorFlow and no 
 
 import os
 import struct
+from typing import Any
 
 import numpy as np
 
@@ -18,10 +19,12 @@ TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48
 BLOCK_TRAILER_SIZE = 5  # 1 byte compression type + 4 bytes crc
 # TensorFlow DataType enum values -> NumPy dtypes (the ones a bilm-tf checkpoint uses, and a few more).
-TF_DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 9: np.int64, 19: np.float16}
+TF_DTYPES: dict[int, type[np.generic]] = {1: np.float32, 2: np.float64, 3: np.int32, 9: np.int64, 19: np.float16}
+# One variable's index entry: (dtype, shape, shard_id, offset, size).
+TensorEntry = tuple[type[np.generic], tuple[int, ...], int, int, int]
 
 
-def _varint(buffer, position):
+def _varint(buffer: bytes, position: int) -> tuple[int, int]:
     """Decode a base-128 varint at `position`; returns (value, next position)."""
     value, shift = 0, 0
     while True:
@@ -33,12 +36,14 @@ def _varint(buffer, position):
         shift += 7
 
 
-def _protobuf_fields(buffer):
+def _protobuf_fields(buffer: bytes) -> dict[int, list[Any]]:
     """{field number: [values]} of a serialized protobuf message (varints as ints, length-delimited as bytes)."""
-    fields, position = {}, 0
+    fields: dict[int, list[Any]] = {}
+    position = 0
     while position < len(buffer):
         key, position = _varint(buffer, position)
         number, wire_type = key >> 3, key & 7
+        value: int | bytes
         if wire_type == 0:
             value, position = _varint(buffer, position)
         elif wire_type == 2:
@@ -54,7 +59,7 @@ def _protobuf_fields(buffer):
     return fields
 
 
-def _block_entries(data, offset, size, source):
+def _block_entries(data: bytes, offset: int, size: int, source: str) -> list[tuple[bytes, bytes]]:
     """The (key, value) entries of the table block at `offset` (LevelDB block format, restarts ignored)."""
     if data[offset + size] != 0:
         raise UserInputError(f"{source}: compressed index blocks are not supported (type {data[offset + size]})")
@@ -73,7 +78,7 @@ def _block_entries(data, offset, size, source):
     return entries
 
 
-def read_tf_checkpoint_index(prefix):
+def read_tf_checkpoint_index(prefix: str) -> dict[str, TensorEntry]:
     """{variable name: (dtype, shape, shard_id, offset, size)} from `prefix + '.index'`."""
     source = prefix + ".index"
     if not os.path.isfile(source):
@@ -112,7 +117,7 @@ def read_tf_checkpoint_index(prefix):
     return variables
 
 
-def read_tf_checkpoint(prefix):
+def read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
     """{variable name: NumPy array} for every variable of the checkpoint at `prefix`."""
     variables = read_tf_checkpoint_index(prefix)
     shards = {}

@@ -9,18 +9,24 @@ updates; `num_train_epochs` stays the least number of epochs.
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import TrainingArguments
 
 MIN_UPDATES = 200  # 50 epochs of 125 sentences in batches of 32; the figures of docs/downstream.md use it
 
 
-def updates_per_epoch(num_examples, batch_size, gradient_accumulation_steps=1, drop_last=False):
+def updates_per_epoch(
+    num_examples: int, batch_size: int, gradient_accumulation_steps: int = 1, drop_last: bool = False
+) -> int:
     """Optimizer updates in one epoch of `num_examples` in batches of `batch_size` (all processes together), as the
     `Trainer` counts them: a last partial batch counts unless `drop_last`, a last partial accumulation counts."""
     batches = num_examples // batch_size if drop_last else math.ceil(num_examples / batch_size)
     return max(math.ceil(batches / gradient_accumulation_steps), 1)
 
 
-def epochs_for_min_updates(num_train_epochs, updates_in_one_epoch, min_updates=MIN_UPDATES):
+def epochs_for_min_updates(num_train_epochs: float, updates_in_one_epoch: int, min_updates: int = MIN_UPDATES) -> float:
     """`num_train_epochs`, raised to the fewest whole epochs of `updates_in_one_epoch` that make `min_updates`."""
     return max(num_train_epochs, math.ceil(min_updates / updates_in_one_epoch))
 
@@ -37,7 +43,7 @@ class MinUpdatesArguments:
         },
     )
 
-    def apply(self, training_args, num_examples):
+    def apply(self, training_args: "TrainingArguments", num_examples: int) -> str | None:
         r"""
         Raises `training_args.num_train_epochs` (in place) so that training on `num_examples` makes at least
         `min_updates` updates; nothing changes when `training_args.max_steps > 0` (an exact number of updates).

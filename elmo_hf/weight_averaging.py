@@ -7,9 +7,10 @@ seeds agree more closely. The example scripts' `--weight_average_decay` turns it
 """
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
@@ -29,13 +30,23 @@ class WeightAveragingCallback(TrainerCallback):
     weights, so it does not resume exactly; a warning says so.
     """
 
-    def __init__(self, decay):
+    def __init__(self, decay: float) -> None:
         if not 0.0 < decay < 1.0:
             raise ValueError(f"weight average decay: must be between 0 and 1 (exclusive), got {decay}")
         self.decay = decay
-        self.parameters = self.average = self.raw = None
+        self.parameters: list[torch.nn.Parameter] = []  # the model's trainable parameters, from on_train_begin
+        self.average: list[torch.Tensor] | None = None
+        self.raw: list[torch.Tensor] | None = None
 
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
+    def on_train_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        model: torch.nn.Module | None = None,
+        **kwargs: Any,
+    ) -> None:
+        assert model is not None, "the Trainer passes its model"
         self.parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
         self.average, self.raw = None, None
         if state.global_step > 0:
@@ -44,14 +55,16 @@ class WeightAveragingCallback(TrainerCallback):
             )
 
     @torch.no_grad()
-    def on_step_begin(self, args, state, control, **kwargs):
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         if self.raw is not None:  # an evaluation or a save had the average in the model
             for parameter, raw in zip(self.parameters, self.raw):
                 parameter.copy_(raw)
             self.raw = None
 
     @torch.no_grad()
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         if self.average is None:
             self.average = [parameter.detach().clone() for parameter in self.parameters]
         else:
@@ -60,18 +73,22 @@ class WeightAveragingCallback(TrainerCallback):
         if control.should_evaluate or control.should_save:
             self.put_average_in_model()
 
-    def on_epoch_end(self, args, state, control, **kwargs):
+    def on_epoch_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         if control.should_evaluate or control.should_save:
             self.put_average_in_model()
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         best_loaded = args.load_best_model_at_end and state.best_model_checkpoint is not None
         if not best_loaded:
             self.put_average_in_model()
         self.raw = None  # the model keeps what it holds now
 
     @torch.no_grad()
-    def put_average_in_model(self):
+    def put_average_in_model(self) -> None:
         """Puts the average in the model's parameters (in place) until the next update's start, keeping the raw
         weights aside: for a caller that scores the model itself, outside the `Trainer`'s evaluation."""
         if self.average is None or self.raw is not None:
@@ -93,7 +110,7 @@ class WeightAveragingArguments:
         },
     )
 
-    def callbacks(self):
+    def callbacks(self) -> list[TrainerCallback]:
         """`[WeightAveragingCallback]` when a decay is given, else `[]` (for `Trainer(callbacks=...)`)."""
         if self.weight_average_decay == 0.0:
             return []

@@ -5,8 +5,11 @@ over next and previous words does. A checkpoint with a softmax keeps it as `voca
 """
 
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from transformers import BatchEncoding
 from transformers.utils import cached_file
 
 from .tokenization_elmo import ElmoTokenizer
@@ -18,7 +21,7 @@ WORD_VOCAB_HEAD = ("<S>", "</S>", "<UNK>")
 BEGIN_OF_SENTENCE_ID, END_OF_SENTENCE_ID, UNKNOWN_WORD_ID = range(3)
 
 
-def find_vocab_file(name_or_path, **hub_kwargs):
+def find_vocab_file(name_or_path: str | os.PathLike[str], **hub_kwargs: Any) -> str | None:
     """The path of `vocab.txt` in a checkpoint folder or Hub repository, or None when it has none."""
     return cached_file(name_or_path, VOCAB_FILE_NAME, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
 
@@ -33,13 +36,13 @@ class ElmoWordVocabulary:
         source (str, defaults to "vocabulary"): the name errors give for it, e.g. its file.
     """
 
-    def __init__(self, words, source="vocabulary"):
+    def __init__(self, words: Iterable[str], source: str = "vocabulary") -> None:
         words = list(words)
         if tuple(words[:3]) != WORD_VOCAB_HEAD:
             raise UserInputError(
                 f"{source}: a bilm-tf vocabulary must start with <S>, </S>, <UNK> (one per line), got {words[:3]}"
             )
-        self._ids = {}
+        self._ids: dict[str, int] = {}
         for line, word in enumerate(words, start=1):
             if word in self._ids:
                 raise UserInputError(f"{source}: word {word!r} appears twice (again on line {line})")
@@ -47,13 +50,13 @@ class ElmoWordVocabulary:
         self.words = words
 
     @classmethod
-    def from_file(cls, path):
+    def from_file(cls, path: str | os.PathLike[str]) -> "ElmoWordVocabulary":
         """Reads a `vocab.txt` (blank lines skipped, surrounding whitespace stripped)."""
         with open(path, encoding="utf-8") as vocab:
             return cls([line.strip() for line in vocab if line.strip()], source=str(path))
 
     @classmethod
-    def from_pretrained(cls, name_or_path, **hub_kwargs):
+    def from_pretrained(cls, name_or_path: str | os.PathLike[str], **hub_kwargs: Any) -> "ElmoWordVocabulary":
         """Reads the `vocab.txt` of a checkpoint folder or Hub repository (e.g. `elmo_hf.DEFAULT_MODEL`)."""
         path = find_vocab_file(name_or_path, **hub_kwargs)
         if path is None:
@@ -62,7 +65,7 @@ class ElmoWordVocabulary:
             )
         return cls.from_file(path)
 
-    def save_pretrained(self, save_directory):
+    def save_pretrained(self, save_directory: str | os.PathLike[str]) -> str:
         """Writes `vocab.txt` into `save_directory` (created if needed); returns its path."""
         os.makedirs(save_directory, exist_ok=True)
         path = os.path.join(save_directory, VOCAB_FILE_NAME)
@@ -70,14 +73,14 @@ class ElmoWordVocabulary:
             vocab.write("".join(word + "\n" for word in self.words))
         return path
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.words)
 
-    def word_to_id(self, word):
+    def word_to_id(self, word: str) -> int:
         """The softmax row of `word`; `<UNK>`'s (2) for a word not in the vocabulary."""
         return self._ids.get(word, UNKNOWN_WORD_ID)
 
-    def sentence_labels(self, words):
+    def sentence_labels(self, words: Iterable[str]) -> list[int]:
         """The targets of one sentence with its boundaries: `[<S>'s id, the words' ids..., </S>'s id]`."""
         return [BEGIN_OF_SENTENCE_ID, *(self.word_to_id(word) for word in words), END_OF_SENTENCE_ID]
 
@@ -103,7 +106,7 @@ class ElmoPreTrainingCollator:
     tokenize: bool = False
     max_words_per_sentence: int | None = None
 
-    def __call__(self, sentences):
+    def __call__(self, sentences: Sequence[str]) -> BatchEncoding:
         word_lists = [self.tokenizer.tokenize(text) if self.tokenize else text.split() for text in sentences]
         encoded = self.tokenizer(
             word_lists,

@@ -27,11 +27,14 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 import torch
 from torch import nn
+from transformers import PreTrainedConfig
 
 from ..char_ids import word_to_char_ids
 from ..embedder import ElmoEmbedder as _Embedder
@@ -47,7 +50,7 @@ DEFAULT_BATCH_SIZE = 64  # allennlp 0.9's elmo command and ElmoEmbedder
 OUTPUT_FORMATS = ("all", "top", "average")
 
 
-def batch_to_ids(batch):
+def batch_to_ids(batch: Sequence[Sequence[str]]) -> torch.Tensor:
     """Character ids of tokenized sentences, as allennlp's `batch_to_ids`.
 
     Args:
@@ -69,7 +72,7 @@ def batch_to_ids(batch):
 # ---- loading: the published pair, converted once and cached, or a converted checkpoint ----
 
 
-def cache_dir():
+def cache_dir() -> str:
     """Where converted pairs are kept: $ELMO_HF_CACHE, else $XDG_CACHE_HOME/elmo_hf, else ~/.cache/elmo_hf; then
     `allennlp/`."""
     root = os.environ.get("ELMO_HF_CACHE") or os.path.join(
@@ -78,7 +81,9 @@ def cache_dir():
     return os.path.join(root, "allennlp")
 
 
-def load_elmo_model(options_file, weight_file):
+def load_elmo_model(
+    options_file: str | os.PathLike[str] | None, weight_file: str | os.PathLike[str] | None
+) -> ElmoModel:
     """The `ElmoModel` for allennlp's `options_file` + `weight_file` (paths or URLs), converted and cached on first
     use, or for a converted checkpoint (`options_file` a folder or Hub name, `weight_file` None)."""
     if options_file is None:
@@ -109,7 +114,7 @@ def load_elmo_model(options_file, weight_file):
     return ElmoModel.from_pretrained(folder)
 
 
-def _local(path, name):
+def _local(path: str, name: str) -> str:
     """A local path for `path`; a URL is downloaded once (resumed when broken): a published model's file where
     `elmo-hf convert --published` keeps it, any other under `urls/`."""
     if not path.startswith(("http://", "https://")):
@@ -124,7 +129,7 @@ def _local(path, name):
     return download(path, os.path.join(default_download_dir(), folder, filename))
 
 
-def _content_digest(*paths):
+def _content_digest(*paths: str | os.PathLike[str]) -> str:
     digest = hashlib.sha256()
     for path in paths:
         with open(path, "rb") as file:
@@ -134,7 +139,7 @@ def _content_digest(*paths):
     return digest.hexdigest()
 
 
-def _convert_into(options_file, weight_file, folder):
+def _convert_into(options_file: str, weight_file: str, folder: str) -> None:
     """Convert and verify the pair (elmo_hf.convert_bilm_tf, as `elmo-hf convert`), then move it to `folder` whole."""
     try:
         import h5py  # noqa: F401
@@ -163,12 +168,12 @@ def _convert_into(options_file, weight_file, folder):
 # ---- what callers pass: checked first, so that a mistake is one line naming the value, never a torch error ----
 
 
-def _describe(value):
+def _describe(value: object) -> str:
     text = repr(value)
     return f"{text[:60]}... ({type(value).__name__})" if len(text) > 60 else f"{text} ({type(value).__name__})"
 
 
-def _check_words(sentence, name):
+def _check_words(sentence: object, name: str) -> None:
     """`sentence` must be a list (or tuple) of str; `name` says where it came from, e.g. "batch[2]"."""
     if isinstance(sentence, str):
         raise UserInputError(f"{name}: expected a list of words, got the string {sentence!r}; split it into words")
@@ -179,7 +184,7 @@ def _check_words(sentence, name):
             raise UserInputError(f"{name}[{index}]: expected a word (str), got {_describe(word)}")
 
 
-def _check_batch(batch, name="batch"):
+def _check_batch(batch: object, name: str = "batch") -> None:
     """`batch` must be a list (or tuple) of tokenized sentences."""
     if isinstance(batch, str) or not isinstance(batch, (list, tuple)):
         raise UserInputError(f"{name}: expected a list of tokenized sentences (lists of words), got {_describe(batch)}")
@@ -187,7 +192,9 @@ def _check_batch(batch, name="batch"):
         _check_words(sentence, f"{name}[{index}]")
 
 
-def _check_char_ids(inputs, config=None, name="inputs", exact_rank=True):
+def _check_char_ids(
+    inputs: object, config: PreTrainedConfig | None = None, name: str = "inputs", exact_rank: bool = True
+) -> torch.Tensor:
     """`inputs` as `batch_to_ids` makes them, for the model of `config` (None: only the type and rank): an integer
     tensor `(batch, words, 50)` (or with more leading dimensions unless `exact_rank`), ids in range, at least one
     sentence, padding words (all zeros) only after each row's words. Returns it as a LongTensor."""
@@ -231,7 +238,7 @@ def _check_char_ids(inputs, config=None, name="inputs", exact_rank=True):
     return inputs.long()
 
 
-def _check_stateful(stateful):
+def _check_stateful(stateful: object) -> None:
     if not isinstance(stateful, bool):
         raise UserInputError(f"stateful: must be True or False, got {stateful!r}")
 
@@ -239,11 +246,11 @@ def _check_stateful(stateful):
 # ---- the biLM with allennlp's sentence boundaries ----
 
 
-def _boundary_ids(device):
+def _boundary_ids(device: torch.device | str) -> torch.Tensor:
     return torch.tensor([word_to_char_ids(token, MAX_CHARACTERS) for token in (BOS_TOKEN, EOS_TOKEN)], device=device)
 
 
-def _with_boundaries(char_ids):
+def _with_boundaries(char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`<S>` before and `</S>` after each row's words, as allennlp's `add_sentence_boundary_token_ids`:
     (batch, words, 50) -> (batch, words + 2, 50) and the mask of real positions (batch, words + 2)."""
     lengths = (char_ids > 0).any(dim=-1).sum(dim=1)  # (batch,)
@@ -256,7 +263,7 @@ def _with_boundaries(char_ids):
     return wrapped, positions < (lengths + 2).unsqueeze(1)
 
 
-def remove_sentence_boundaries(tensor, mask):
+def remove_sentence_boundaries(tensor: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     r"""
     allennlp's `remove_sentence_boundaries` (`allennlp.nn.util`): drop the `<S>`/`</S>` positions of each row.
 
@@ -278,14 +285,16 @@ class _LstmState:
     """Runs `ElmoModel` on allennlp-style character ids (no boundaries), carrying the LSTM state when stateful (the
     part of allennlp's `_ElmoBiLm._elmo_lstm` that callers reach: `reset_states()`)."""
 
-    def __init__(self, stateful):
+    def __init__(self, stateful: bool) -> None:
         self.stateful = stateful
+        self.lstm_states: tuple[torch.Tensor, ...] | None = None
+
+    def reset_states(self) -> None:
         self.lstm_states = None
 
-    def reset_states(self):
-        self.lstm_states = None
-
-    def run(self, model, char_ids, token_cache=None):
+    def run(
+        self, model: ElmoModel, char_ids: torch.Tensor, token_cache: ElmoTokenCache | None = None
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """char_ids (batch, words, 50) -> (layers: list of (batch, words + 2, dim), mask (batch, words + 2))."""
         wrapped, mask = _with_boundaries(char_ids)
         output = model(
@@ -299,7 +308,9 @@ class _LstmState:
         return list(output.hidden_states), mask
 
 
-def _load_frozen(options_file, weight_file, requires_grad):
+def _load_frozen(
+    options_file: str | os.PathLike[str] | None, weight_file: str | os.PathLike[str] | None, requires_grad: bool
+) -> ElmoModel:
     model = load_elmo_model(options_file, weight_file)
     model.requires_grad_(bool(requires_grad))
     model.train(False)  # the biLM has no dropout of its own; train() reaches it but changes nothing
@@ -316,14 +327,19 @@ class _ElmoCharacterEncoder(nn.Module):
         requires_grad (bool, defaults to False): fine-tune the encoder's parameters.
     """
 
-    def __init__(self, options_file, weight_file, requires_grad=False):
+    def __init__(
+        self,
+        options_file: str | os.PathLike[str] | None,
+        weight_file: str | os.PathLike[str] | None,
+        requires_grad: bool = False,
+    ) -> None:
         super().__init__()
         self.model = _load_frozen(options_file, weight_file, requires_grad)
         self.requires_grad = bool(requires_grad)
         self.output_dim = self.model.config.projection_dim
 
     @classmethod
-    def _sharing(cls, model):
+    def _sharing(cls, model: ElmoModel) -> "_ElmoCharacterEncoder":
         """An encoder over the character encoder of `model`, which the caller owns (not registered here, so that
         its parameters appear once in the caller's state dict)."""
         encoder = cls.__new__(cls)
@@ -333,11 +349,11 @@ class _ElmoCharacterEncoder(nn.Module):
         encoder.output_dim = model.config.projection_dim
         return encoder
 
-    def get_output_dim(self):
+    def get_output_dim(self) -> int:
         """`projection_dim`, the width of each token vector."""
         return self.output_dim
 
-    def forward(self, inputs):
+    def forward(self, inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         r"""
         Args:
             inputs (`torch.LongTensor` of shape `(batch, words, 50)`): from `batch_to_ids`.
@@ -368,7 +384,16 @@ class _ElmoBiLm(nn.Module):
         model ([`ElmoModel`]): the biLM that runs.
     """
 
-    def __init__(self, options_file, weight_file, requires_grad=False, vocab_to_cache=None, stateful=False):
+    _vocabulary_char_ids: torch.Tensor  # a buffer, with a cached vocabulary
+
+    def __init__(
+        self,
+        options_file: str | os.PathLike[str] | None,
+        weight_file: str | os.PathLike[str] | None,
+        requires_grad: bool = False,
+        vocab_to_cache: Sequence[str] | None = None,
+        stateful: bool = False,
+    ) -> None:
         super().__init__()
         _check_stateful(stateful)
         if requires_grad and vocab_to_cache:
@@ -381,23 +406,23 @@ class _ElmoBiLm(nn.Module):
         object.__setattr__(self, "_token_embedder", _ElmoCharacterEncoder._sharing(self.model))
         self._elmo_lstm = _LstmState(stateful)
         self.num_layers = self.model.config.num_lstm_layers + 1
-        self._token_cache = None
+        self._token_cache: ElmoTokenCache | None = None
         if vocab_to_cache:
             self.create_cached_cnn_embeddings(vocab_to_cache)
 
     @property
-    def stateful(self):
+    def stateful(self) -> bool:
         return self._elmo_lstm.stateful
 
-    def reset_states(self):
+    def reset_states(self) -> None:
         """Forget the carried LSTM state (stateful mode): the next call starts from zeros."""
         self._elmo_lstm.reset_states()
 
-    def get_output_dim(self):
+    def get_output_dim(self) -> int:
         """The width of each layer: `2 * projection_dim`."""
         return 2 * self.model.config.projection_dim
 
-    def create_cached_cnn_embeddings(self, tokens):
+    def create_cached_cnn_embeddings(self, tokens: Sequence[str]) -> None:
         """Compute the token vectors of `tokens` (a list of str) once; `forward`'s `word_inputs` index this list."""
         _check_words(tokens, "vocab_to_cache")
         vocabulary_ids = torch.tensor([word_to_char_ids(word, MAX_CHARACTERS) for word in tokens])  # (V, 50)
@@ -408,7 +433,7 @@ class _ElmoBiLm(nn.Module):
                 self.model.character_encoder, torch.cat([_boundary_ids(device), self._vocabulary_char_ids])
             )
 
-    def forward(self, inputs, word_inputs=None):
+    def forward(self, inputs: torch.Tensor, word_inputs: torch.Tensor | None = None) -> dict[str, Any]:
         r"""
         Args:
             inputs (`torch.LongTensor` of shape `(batch, words, 50)`): from `batch_to_ids`.
@@ -426,7 +451,7 @@ class _ElmoBiLm(nn.Module):
         layers[0] = layers[0] * mask.unsqueeze(-1)
         return {"activations": layers, "mask": mask}
 
-    def _cached_word_char_ids(self, word_ids, char_ids):
+    def _cached_word_char_ids(self, word_ids: torch.Tensor, char_ids: torch.Tensor) -> torch.Tensor:
         """The character ids of cached words (padding, id 0, all zeros). As allennlp, an id outside the vocabulary
         falls back to the character ids given in `inputs`."""
         vocabulary = self._vocabulary_char_ids
@@ -436,7 +461,7 @@ class _ElmoBiLm(nn.Module):
         return vocabulary[word_ids] * (word_ids > 0).unsqueeze(-1)  # (batch, words, 50)
 
 
-def _check_word_ids(word_inputs, shape):
+def _check_word_ids(word_inputs: object, shape: Sequence[int]) -> torch.Tensor:
     if not isinstance(word_inputs, torch.Tensor) or word_inputs.is_floating_point() or word_inputs.dtype == torch.bool:
         described = word_inputs.dtype if isinstance(word_inputs, torch.Tensor) else _describe(word_inputs)
         raise UserInputError(f"word_inputs: expected integer indices into vocab_to_cache, got {described}")
@@ -475,18 +500,18 @@ class Elmo(nn.Module):
 
     def __init__(
         self,
-        options_file,
-        weight_file,
-        num_output_representations,
-        requires_grad=False,
-        do_layer_norm=False,
-        dropout=0.5,
-        vocab_to_cache=None,
-        keep_sentence_boundaries=False,
-        scalar_mix_parameters=None,
-        module=None,
-        stateful=False,
-    ):
+        options_file: str | os.PathLike[str] | None,
+        weight_file: str | os.PathLike[str] | None,
+        num_output_representations: int,
+        requires_grad: bool = False,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        vocab_to_cache: Sequence[str] | None = None,
+        keep_sentence_boundaries: bool = False,
+        scalar_mix_parameters: Sequence[float] | None = None,
+        module: nn.Module | None = None,
+        stateful: bool = False,
+    ) -> None:
         super().__init__()
         count = num_output_representations
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -494,6 +519,8 @@ class Elmo(nn.Module):
         if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
             raise UserInputError(f"dropout: must be a probability in [0, 1), got {dropout!r}")
         _check_stateful(stateful)
+        # An _ElmoBiLm, or the caller's module with its num_layers, get_output_dim() and forward.
+        self._elmo_lstm: Any
         if module is not None:
             _check_module(module, options_file, weight_file, stateful)
             self._elmo_lstm = module
@@ -508,7 +535,7 @@ class Elmo(nn.Module):
                 f"scalar_mix_parameters: needs {num_layers} values (the token layer and "
                 f"{num_layers - 1} LSTM layers), got {len(scalar_mix_parameters)}: {scalar_mix_parameters!r}"
             )
-        self._scalar_mixes = []
+        self._scalar_mixes: list[ElmoScalarMix] = []
         for index in range(count):
             mix = ElmoScalarMix(
                 num_layers,
@@ -522,24 +549,24 @@ class Elmo(nn.Module):
         self._keep_sentence_boundaries = keep_sentence_boundaries
 
     @property
-    def bilm(self):
+    def bilm(self) -> ElmoModel | None:
         """The [`ElmoModel`] that runs (None when `module` is not an `_ElmoBiLm`)."""
         return self._elmo_lstm.model if isinstance(self._elmo_lstm, _ElmoBiLm) else None
 
     @property
-    def stateful(self):
+    def stateful(self) -> bool:
         return getattr(self._elmo_lstm, "stateful", False)
 
-    def get_output_dim(self):
+    def get_output_dim(self) -> int:
         """The width of each representation: `2 * projection_dim`."""
         return self._elmo_lstm.get_output_dim()
 
-    def reset_states(self):
+    def reset_states(self) -> None:
         """Forget the carried LSTM state (stateful mode): the next call starts from zeros."""
         if hasattr(self._elmo_lstm, "reset_states"):
             self._elmo_lstm.reset_states()
 
-    def forward(self, inputs, word_inputs=None):
+    def forward(self, inputs: torch.Tensor, word_inputs: torch.Tensor | None = None) -> dict[str, Any]:
         r"""
         Args:
             inputs (`torch.LongTensor` of shape `(batch, words, 50)`, or `(..., words, 50)`): from `batch_to_ids`.
@@ -581,7 +608,7 @@ class Elmo(nn.Module):
         }
 
 
-def _check_module(module, options_file, weight_file, stateful):
+def _check_module(module: object, options_file: object, weight_file: object, stateful: bool) -> None:
     if options_file is not None or weight_file is not None:
         raise UserInputError(
             f"module: pass options_file=None and weight_file=None with a module, got {options_file!r} and "
@@ -612,16 +639,16 @@ class ElmoTokenEmbedder(nn.Module):
 
     def __init__(
         self,
-        options_file=None,
-        weight_file=None,
-        do_layer_norm=False,
-        dropout=0.5,
-        requires_grad=False,
-        projection_dim=None,
-        vocab_to_cache=None,
-        scalar_mix_parameters=None,
-        stateful=False,
-    ):
+        options_file: str | os.PathLike[str] | None = None,
+        weight_file: str | os.PathLike[str] | None = None,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        requires_grad: bool = False,
+        projection_dim: int | None = None,
+        vocab_to_cache: Sequence[str] | None = None,
+        scalar_mix_parameters: Sequence[float] | None = None,
+        stateful: bool = False,
+    ) -> None:
         super().__init__()
         if options_file is None and weight_file is None:
             options_file, weight_file = _published_original()
@@ -641,10 +668,10 @@ class ElmoTokenEmbedder(nn.Module):
         self._projection = nn.Linear(self._elmo.get_output_dim(), projection_dim) if projection_dim else None
         self.output_dim = projection_dim or self._elmo.get_output_dim()
 
-    def get_output_dim(self):
+    def get_output_dim(self) -> int:
         return self.output_dim
 
-    def forward(self, elmo_tokens, word_inputs=None):
+    def forward(self, elmo_tokens: torch.Tensor, word_inputs: torch.Tensor | None = None) -> torch.Tensor:
         r"""
         Args:
             elmo_tokens (`torch.LongTensor` of shape `(batch, words, 50)`): from `batch_to_ids`.
@@ -657,7 +684,7 @@ class ElmoTokenEmbedder(nn.Module):
         return representation if self._projection is None else self._projection(representation)
 
 
-def _published_original():
+def _published_original() -> tuple[str, str]:
     from ..published import published_model
 
     return published_model("original").urls()
@@ -676,7 +703,13 @@ class ElmoEmbedder:
             from zeros.
     """
 
-    def __init__(self, options_file=None, weight_file=None, cuda_device=-1, stateful=False):
+    def __init__(
+        self,
+        options_file: str | os.PathLike[str] | None = None,
+        weight_file: str | os.PathLike[str] | None = None,
+        cuda_device: int = -1,
+        stateful: bool = False,
+    ) -> None:
         if isinstance(cuda_device, bool) or not isinstance(cuda_device, int):
             raise UserInputError(f"cuda_device: must be an int (-1 for the CPU), got {cuda_device!r}")
         if cuda_device >= 0 and cuda_device >= torch.cuda.device_count():
@@ -693,15 +726,15 @@ class ElmoEmbedder:
         self._elmo_lstm = _LstmState(stateful)
 
     @property
-    def stateful(self):
+    def stateful(self) -> bool:
         return self._elmo_lstm.stateful
 
-    def reset_states(self):
+    def reset_states(self) -> None:
         """Forget the carried LSTM state (stateful mode)."""
         self._elmo_lstm.reset_states()
 
     @torch.inference_mode()
-    def batch_to_embeddings(self, batch):
+    def batch_to_embeddings(self, batch: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         """
         Args:
             batch (list of lists of str): tokenized sentences, at least one.
@@ -716,12 +749,12 @@ class ElmoEmbedder:
         without = [remove_sentence_boundaries(layer.float(), mask) for layer in layers]
         return torch.stack([layer for layer, _ in without], dim=1), without[0][1].long()
 
-    def embed_sentence(self, sentence):
+    def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
         """One tokenized sentence (a list of str) -> float32 array `(layers, words, dim)`."""
         _check_words(sentence, "sentence")
         return self.embed_batch([sentence])[0]
 
-    def embed_batch(self, batch):
+    def embed_batch(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """Tokenized sentences -> a list of float32 arrays `(layers, words, dim)`; an empty sentence gives
         `(layers, 0, dim)`. Any string is a word, "" included, as in allennlp (`batch_to_ids` gives it the
         begin- and end-of-word characters only)."""
@@ -739,7 +772,9 @@ class ElmoEmbedder:
             for row, length in enumerate(lengths)
         ]
 
-    def embed_sentences(self, sentences, batch_size=DEFAULT_BATCH_SIZE):
+    def embed_sentences(
+        self, sentences: Iterable[Sequence[str]], batch_size: int = DEFAULT_BATCH_SIZE
+    ) -> Iterator[np.ndarray]:
         """Yield `embed_batch`'s arrays for an iterable of tokenized sentences, in input order, `batch_size` at a time
         (stateless: sentences are grouped by length within each 1000, which gives the same vectors faster)."""
         if isinstance(sentences, str) or not hasattr(sentences, "__iter__"):
@@ -747,7 +782,7 @@ class ElmoEmbedder:
                 f"sentences: expected tokenized sentences (lists of words), got {_describe(sentences)}"
             )
         group = batch_size if self.stateful else max(batch_size, 1000)
-        pending = []
+        pending: list[Sequence[str]] = []
         for index, sentence in enumerate(sentences):
             _check_words(sentence, f"sentences[{index}]")
             pending.append(sentence)
@@ -757,12 +792,12 @@ class ElmoEmbedder:
         if pending:
             yield from self._embed_group(pending, batch_size)
 
-    def _plain_words(self, sentences):
+    def _plain_words(self, sentences: Sequence[Sequence[str]]) -> bool:
         """Whether `elmo_hf.ElmoEmbedder` takes these sentences as they are (stateless, no empty sentence, no word
         that is empty or only whitespace): then it embeds them, sorted by length."""
         return not self.stateful and all(sentences) and all(word.strip() for words in sentences for word in words)
 
-    def _embed_group(self, sentences, batch_size):
+    def _embed_group(self, sentences: Sequence[Sequence[str]], batch_size: int) -> Iterator[np.ndarray]:
         if not self._plain_words(sentences):
             for start in range(0, len(sentences), batch_size):
                 yield from self.embed_batch(sentences[start : start + batch_size])
@@ -771,13 +806,13 @@ class ElmoEmbedder:
 
     def embed_file(
         self,
-        input_file,
-        output_file_path,
-        output_format="all",
-        batch_size=DEFAULT_BATCH_SIZE,
-        forget_sentences=False,
-        use_sentence_keys=False,
-    ):
+        input_file: str | os.PathLike[str] | IO[str],
+        output_file_path: str | os.PathLike[str],
+        output_format: str = "all",
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        forget_sentences: bool = False,
+        use_sentence_keys: bool = False,
+    ) -> None:
         """
         Write the vectors of every line of `input_file` (an open text file, as 0.9, or a path) to the hdf5 file
         `output_file_path`, in 0.9's layout: one float32 dataset per line, keyed by the line's index ("0", "1", ...)
@@ -813,7 +848,7 @@ class ElmoEmbedder:
             if hasattr(input_file, "close"):
                 input_file.close()
 
-    def _empty(self):
+    def _empty(self) -> np.ndarray:
         return np.zeros((self.embedder.num_layers, 0, 2 * self.embedder.model.config.projection_dim), np.float32)
 
 
@@ -821,8 +856,13 @@ class ElmoEmbedder:
 
 
 def embed_file_in_allennlp_layout(
-    embedder, input_path, output_path, forget_sentences=False, use_sentence_keys=False, **embed_file_arguments
-):
+    embedder: _Embedder,
+    input_path: str,
+    output_path: str | os.PathLike[str],
+    forget_sentences: bool = False,
+    use_sentence_keys: bool = False,
+    **embed_file_arguments: Any,
+) -> dict[str, Any]:
     """`embedder.embed_file(input_path, output_path, **embed_file_arguments)` (an `elmo_hf.ElmoEmbedder`), then the
     keys of allennlp 0.9's `--forget-sentences` (no `sentence_to_index`) and `--use-sentence-keys` (each line's
     dataset named by the line itself). `output_path` is written as hdf5 whatever its suffix, as allennlp did, unless
@@ -851,7 +891,7 @@ def embed_file_in_allennlp_layout(
     return summary
 
 
-def _input_path(input_file):
+def _input_path(input_file: str | os.PathLike[str] | IO[str]) -> tuple[str, str | None]:
     """(a path to read, a temporary file to delete or None) for a path or an open text file."""
     if isinstance(input_file, (str, os.PathLike)):
         return str(input_file), None
@@ -863,13 +903,13 @@ def _input_path(input_file):
     return copy.name, copy.name
 
 
-def _read_lines(input_path):
+def _read_lines(input_path: str | os.PathLike[str]) -> list[str]:
     with open(input_path, encoding="utf-8", newline="\n") as text:
         return [line.strip() for line in text]
 
 
-def _check_unique_lines(input_path, output_path):
-    seen = set()
+def _check_unique_lines(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> None:
+    seen: set[str] = set()
     for line in _read_lines(input_path):
         if line in seen:
             raise UserInputError(
@@ -879,7 +919,9 @@ def _check_unique_lines(input_path, output_path):
         seen.add(line)
 
 
-def _rearrange_keys(path, input_path, forget_sentences, use_sentence_keys):
+def _rearrange_keys(
+    path: str | os.PathLike[str], input_path: str | os.PathLike[str], forget_sentences: bool, use_sentence_keys: bool
+) -> None:
     """Rename the datasets "0", "1", ... of `path` to their lines and drop `sentence_to_index` (links only: the
     vectors are not copied)."""
     h5py = _import_h5py()
@@ -897,7 +939,15 @@ def _rearrange_keys(path, input_path, forget_sentences, use_sentence_keys):
             del output[".renaming"]
 
 
-def _write_in_order(embedder, input_path, output_path, output_format, batch_size, forget_sentences, use_sentence_keys):
+def _write_in_order(
+    embedder: ElmoEmbedder,
+    input_path: str,
+    output_path: str | os.PathLike[str],
+    output_format: str,
+    batch_size: int,
+    forget_sentences: bool,
+    use_sentence_keys: bool,
+) -> None:
     """0.9's `embed_file` loop: the lines in order, `batch_size` at a time (the stateful path)."""
     h5py = _import_h5py()
     output_path = Path(output_path)
@@ -910,7 +960,7 @@ def _write_in_order(embedder, input_path, output_path, output_format, batch_size
     if use_sentence_keys:
         _check_unique_lines(input_path, output_path)
     work_path = output_path.with_name(output_path.name + ".incomplete.hdf5")
-    sentence_to_index = {}
+    sentence_to_index: dict[str, str] = {}
     with h5py.File(work_path, "w") as output:
         vectors = embedder.embed_sentences([line.split() for line in lines], batch_size)
         for index, (line, array) in enumerate(zip(lines, vectors)):

@@ -18,6 +18,8 @@ and multi-batch calls reproduce the original's outputs too.
 import hashlib
 import os
 import random
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,7 +32,7 @@ from ..user_errors import UserInputError
 DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "elmo_hf", "elmoformanylangs")
 
 
-def converted_checkpoint(model_dir, cache_dir=None):
+def converted_checkpoint(model_dir: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> str:
     """The elmo-hf checkpoint for `model_dir`: itself when already converted, else its cached conversion (made now
     when missing; the cache key covers the folder's path and the sizes and times of its .json, .dic and .pkl
     files)."""
@@ -67,7 +69,13 @@ class Embedder:
         device (str or torch.device, defaults to "cpu"): where the model runs.
     """
 
-    def __init__(self, model_dir, batch_size=64, cache_dir=None, device="cpu"):
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str],
+        batch_size: int = 64,
+        cache_dir: str | os.PathLike[str] | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.model_dir = model_dir
@@ -79,14 +87,14 @@ class Embedder:
             raise UserInputError(
                 f"{path}: not converted from ELMoForManyLangs (its tokenizer has no char_lexicon.json)"
             )
-        self._states = None
+        self._states: tuple[torch.Tensor, ...] | None = None  # ElmoModelOutput.lstm_states
 
-    def reset_states(self):
+    def reset_states(self) -> None:
         """Forget the LSTM states carried from earlier batches: the next batch starts from zeros."""
         self._states = None
 
     @torch.no_grad()
-    def sents2elmo(self, sents, output_layer=-1):
+    def sents2elmo(self, sents: Sequence[Sequence[str]], output_layer: int = -1) -> list[np.ndarray]:
         """
         Args:
             sents (list of list of str): the sentences, each a list of words.
@@ -105,7 +113,7 @@ class Embedder:
         batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
         permutation = list(range(len(batches)))
         random.shuffle(permutation)
-        results = [None] * len(sents)
+        results: list[Any] = [None] * len(sents)  # each filled with its sentence's array below
         device = next(self.model.parameters()).device
         for batch_rows in (batches[index] for index in permutation):
             batch = self.tokenizer(

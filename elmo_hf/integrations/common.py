@@ -10,6 +10,7 @@ import math
 import os
 import reprlib
 from numbers import Real
+from typing import Any
 
 from .. import DEFAULT_MODEL
 from ..modeling_elmo import ElmoModel
@@ -22,12 +23,14 @@ _short = reprlib.Repr()
 _short.maxstring = _short.maxother = 60
 
 
-def shown(value):
+def shown(value: object) -> str:
     """`repr(value)`, shortened to fit in a one-line message."""
     return _short.repr(value)
 
 
-def load_checkpoint(name_or_path=None, **hub_kwargs):
+def load_checkpoint(
+    name_or_path: str | os.PathLike[str] | None = None, **hub_kwargs: Any
+) -> tuple[ElmoModel, ElmoTokenizer]:
     """(`ElmoModel`, its `ElmoTokenizer`) of a checkpoint folder or Hub name (None: `elmo_hf.DEFAULT_MODEL`);
     `hub_kwargs` go to `from_pretrained` (subfolder, token, cache_dir, revision, local_files_only). A value that is not
     a path or a name is a TypeError, a checkpoint that cannot be read an OSError, each one line naming it."""
@@ -47,7 +50,7 @@ def load_checkpoint(name_or_path=None, **hub_kwargs):
     return model, checkpoint_tokenizer(model, tokenizer)
 
 
-def checkpoint_tokenizer(model, tokenizer=None):
+def checkpoint_tokenizer(model: ElmoModel, tokenizer: ElmoTokenizer | None = None) -> ElmoTokenizer:
     """The tokenizer that encodes text for `model` (an `ElmoModel`): `tokenizer` when given; for a model that reads a
     character lexicon, the one saved with the checkpoint it was loaded from (`model.name_or_path`); else a byte
     tokenizer for its `max_characters_per_token`."""
@@ -65,7 +68,7 @@ def checkpoint_tokenizer(model, tokenizer=None):
     return ElmoTokenizer.from_pretrained(model.name_or_path)
 
 
-def check_single_vector_layers(layers, mix_weights):
+def check_single_vector_layers(layers: object, mix_weights: object) -> None:
     """One-line ValueErrors for the `layers` and `mix_weights` of a front end that gives one vector per word. The
     number of weights is checked against the model by `ElmoEmbedder._layer_weights`."""
     if layers == "all":
@@ -88,7 +91,7 @@ def check_single_vector_layers(layers, mix_weights):
         )
 
 
-def check_positive_int(name, value, allow_none=False):
+def check_positive_int(name: str, value: object, allow_none: bool = False) -> None:
     """A ValueError naming `name` and `value` unless it is a positive int (or None when `allow_none`)."""
     if allow_none and value is None:
         return

@@ -33,7 +33,11 @@ package only with `trust_remote_code=True`, even an installed one like this: rel
 the folder: it works offline (`HF_HUB_OFFLINE=1`) from a copy anywhere.
 """
 
+import os
 import sys
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
 
 import torch
 
@@ -47,6 +51,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 from ..embedder import ElmoEmbedder
 from ..modeling_elmo import ElmoModel
+from ..tokenization_elmo import ElmoTokenizer
 from .common import check_positive_int, check_single_vector_layers, checkpoint_tokenizer, load_checkpoint, shown
 
 
@@ -72,16 +77,18 @@ class ElmoSentenceTransformerModule(InputModule):
 
     config_file_name = "elmo_sentence_transformer.json"
     config_keys = ["layers", "mix_weights", "whitespace_split", "max_seq_length"]
+    model: ElmoModel
+    tokenizer: ElmoTokenizer
 
     def __init__(
         self,
-        model=None,
-        layers="average",
-        mix_weights=None,
-        whitespace_split=False,
-        max_seq_length=None,
-        tokenizer=None,
-    ):
+        model: str | os.PathLike[str] | ElmoModel | None = None,
+        layers: str = "average",
+        mix_weights: Sequence[float] | None = None,
+        whitespace_split: bool = False,
+        max_seq_length: int | None = None,
+        tokenizer: ElmoTokenizer | None = None,
+    ) -> None:
         super().__init__()
         check_single_vector_layers(layers, mix_weights)
         if not isinstance(whitespace_split, bool):
@@ -100,19 +107,21 @@ class ElmoSentenceTransformerModule(InputModule):
         self.register_buffer("layer_weights", weights, persistent=False)  # (layers,)
 
     @property
-    def max_seq_length(self):
+    def max_seq_length(self) -> int | None:
         """The most words kept per sentence (boundaries not counted), or None for all of them."""
         return self._max_seq_length
 
     @max_seq_length.setter
-    def max_seq_length(self, value):
+    def max_seq_length(self, value: int | None) -> None:
         check_positive_int("max_seq_length", value, allow_none=True)
         self._max_seq_length = value
 
-    def get_embedding_dimension(self):
+    def get_embedding_dimension(self) -> int:
         return 2 * self.model.config.projection_dim
 
-    def preprocess(self, inputs, prompt=None, **kwargs):
+    def preprocess(  # type: ignore[override]  # strings only: any other input is a TypeError naming it
+        self, inputs: list[str], prompt: str | None = None, **kwargs: Any
+    ) -> dict[str, torch.Tensor]:
         """Sentences (strings) -> `input_ids` (batch, longest + 2, row width), `attention_mask` (batch, longest + 2)
         and `word_counts` (batch,), the words kept per sentence (0 for a sentence without words)."""
         batch = inputs  # the list encode handed over, by which _caller_indices finds the caller's indices
@@ -139,7 +148,7 @@ class ElmoSentenceTransformerModule(InputModule):
         features["word_counts"] = word_counts
         return features
 
-    def forward(self, features, **kwargs):
+    def forward(self, features: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]:
         attention_mask = features["attention_mask"]  # (batch, words + 2), the boundaries included
         output = self.model(input_ids=features["input_ids"], attention_mask=attention_mask, output_hidden_states=True)
         hidden = torch.stack(output.hidden_states, dim=1)[:, :, 1:-1]  # (batch, layers, longest, dim): <S> dropped
@@ -153,22 +162,22 @@ class ElmoSentenceTransformerModule(InputModule):
         features["attention_mask"] = (words | ((lengths == 0).unsqueeze(1) & (positions == 0))).long()
         return features
 
-    def save(self, output_path, *args, safe_serialization=True, **kwargs):
+    def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
         self.model.save_pretrained(output_path)  # always safetensors, whatever `safe_serialization` says
         self.tokenizer.save_pretrained(output_path)
         self.save_config(output_path)
 
     @classmethod
-    def load(
+    def load(  # type: ignore[override]  # init_defaults, if given, is in kwargs: the folder's settings are used
         cls,
-        model_name_or_path,
-        subfolder="",
-        token=None,
-        cache_folder=None,
-        revision=None,
-        local_files_only=False,
-        **kwargs,
-    ):
+        model_name_or_path: str,
+        subfolder: str = "",
+        token: bool | str | None = None,
+        cache_folder: str | None = None,
+        revision: str | None = None,
+        local_files_only: bool = False,
+        **kwargs: Any,
+    ) -> "ElmoSentenceTransformerModule":
         hub = {"token": token, "cache_dir": cache_folder, "revision": revision, "local_files_only": local_files_only}
         config = cls.load_config(
             model_name_or_path,
@@ -182,13 +191,13 @@ class ElmoSentenceTransformerModule(InputModule):
         return cls(model, tokenizer=tokenizer, **config)
 
 
-def _caller_indices(batch):
+def _caller_indices(batch: Sequence[object]) -> list[int]:
     """The index in the caller's own list of each item of `batch`. SentenceTransformer.encode sorts its inputs by
     length and hands this module slices of the sorted list (`inputs_batch`), so a position in `batch` would name
     another sentence; encode's frame holds the sorted order (`length_sorted_idx`) and where the slice starts
     (`start_index`). Found only for the very list it handed over, else (preprocess called directly) the positions in
     `batch` are the caller's. With a multi-process pool, indices count within each chunk. Only errors call this."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         names = frame.f_locals
         if names.get("inputs_batch") is batch and "length_sorted_idx" in names and "start_index" in names:

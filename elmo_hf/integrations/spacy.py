@@ -30,7 +30,9 @@ vectors, which are the mean of their tokens' vectors. `similarity` is the cosine
 import multiprocessing
 import os
 import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -39,6 +41,8 @@ try:
     import srsly
     from spacy import language as spacy_language
     from spacy.language import Language
+    from spacy.tokens import Doc, Span, Token
+    from spacy.training import Example
     from spacy.util import minibatch
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError('elmo_hf.integrations.spacy needs spaCy 3: pip install "elmo-hf[spacy]"') from error
@@ -46,6 +50,8 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 from .. import DEFAULT_MODEL
 from ..configuration_elmo import ElmoConfig
 from ..embedder import ElmoEmbedder
+from ..modeling_elmo import ElmoModel
+from ..tokenization_elmo import ElmoTokenizer
 from .common import check_positive_int, check_single_vector_layers, load_checkpoint, shown
 
 
@@ -60,14 +66,22 @@ class ElmoSpacyComponent:
         name (str, defaults to "elmo_hf"): the component's name in the pipeline, for messages.
     """
 
-    def __init__(self, model=None, layers="average", mix_weights=None, batch_size=64, device=None, name="elmo_hf"):
+    def __init__(
+        self,
+        model: str | None = None,
+        layers: str = "average",
+        mix_weights: Sequence[float] | None = None,
+        batch_size: int = 64,
+        device: str | torch.device | None = None,
+        name: str = "elmo_hf",
+    ) -> None:
         check_single_vector_layers(layers, mix_weights)
         check_positive_int("batch_size", batch_size)
         if model is not None and (not isinstance(model, str) or not model.strip()):
             raise ValueError(f"model must be a checkpoint folder or a Hub model name, got {shown(model)}")
         self.model_name, self.layers, self.mix_weights, self.batch_size = model, layers, mix_weights, batch_size
         self.device, self.name = _checked_device(device), name
-        self._embedder = None
+        self._embedder: ElmoEmbedder | None = None
         # A folder here is checked now (its config only: the weights are read later, see the module's docstring).
         folder = model if model is not None else DEFAULT_MODEL
         if os.path.isdir(folder):
@@ -81,17 +95,18 @@ class ElmoSpacyComponent:
             self._check_mix_weights(config.num_lstm_layers + 1)
 
     @property
-    def embedder(self):
+    def embedder(self) -> ElmoEmbedder:
         """The `ElmoEmbedder`, loaded from the `model` setting on first use unless `from_disk` gave it."""
         if self._embedder is None:
             self._use(*load_checkpoint(self.model_name))
+            assert self._embedder is not None  # set by _use
         return self._embedder
 
-    def _use(self, model, tokenizer):
+    def _use(self, model: ElmoModel, tokenizer: ElmoTokenizer) -> None:
         self._check_mix_weights(model.config.num_lstm_layers + 1)
         self._embedder = ElmoEmbedder(model, tokenizer=tokenizer, device=self.device)
 
-    def _check_mix_weights(self, num_layers):
+    def _check_mix_weights(self, num_layers: int) -> None:
         if self.mix_weights is not None and len(self.mix_weights) != num_layers:
             model = self.model_name or DEFAULT_MODEL
             raise ValueError(
@@ -99,15 +114,17 @@ class ElmoSpacyComponent:
                 f"LSTM layers), got {len(self.mix_weights)}: {shown(self.mix_weights)}"
             )
 
-    def initialize(self, get_examples=None, *, nlp=None):
+    def initialize(
+        self, get_examples: Callable[[], Iterable[Example]] | None = None, *, nlp: Language | None = None
+    ) -> None:
         """spaCy's `nlp.initialize()`: read the weights now rather than at the first doc."""
         self.embedder  # noqa: B018 - loads them
 
-    def __call__(self, doc):
+    def __call__(self, doc: Doc) -> Doc:
         self._set_vectors([doc])
         return doc
 
-    def pipe(self, docs, batch_size=None):
+    def pipe(self, docs: Iterable[Doc], batch_size: int | None = None) -> Iterator[Doc]:
         if _in_spacy_worker():
             raise ValueError(
                 f"the {self.name} component does not run under nlp.pipe(n_process > 1): spaCy returns the docs of its "
@@ -121,32 +138,33 @@ class ElmoSpacyComponent:
 
     # ---- serialization: the weights and the tokenizer, as `save_pretrained` writes them ----
 
-    def to_disk(self, path, *, exclude=()):
+    def to_disk(self, path: str | os.PathLike[str], *, exclude: Iterable[str] = ()) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.embedder.model.save_pretrained(path)
         self.embedder.tokenizer.save_pretrained(path)
 
-    def from_disk(self, path, *, exclude=()):
+    def from_disk(self, path: str | os.PathLike[str], *, exclude: Iterable[str] = ()) -> "ElmoSpacyComponent":
         if Path(path).is_dir():  # else a pipeline saved without the weights, by an older elmo-hf: `model` is read
             self._use(*load_checkpoint(str(path)))
         return self
 
-    def to_bytes(self, *, exclude=()):
+    def to_bytes(self, *, exclude: Iterable[str] = ()) -> bytes:
         with tempfile.TemporaryDirectory() as folder:
             self.to_disk(folder)
             files = {name: (Path(folder) / name).read_bytes() for name in sorted(os.listdir(folder))}
         return srsly.msgpack_dumps(files)
 
-    def from_bytes(self, data, *, exclude=()):
+    def from_bytes(self, data: bytes, *, exclude: Iterable[str] = ()) -> "ElmoSpacyComponent":
         with tempfile.TemporaryDirectory() as folder:
             for name, content in srsly.msgpack_loads(data).items():
                 (Path(folder) / Path(name).name).write_bytes(content)
             return self.from_disk(folder)
 
-    def _set_vectors(self, docs):
+    def _set_vectors(self, docs: Sequence[Doc]) -> None:
         """Embed the sentences of `docs` in one go and give each doc its tensor and hooks."""
-        sentences, places = [], []  # places: (doc index, token indices of the sentence's words)
+        sentences: list[list[str]] = []
+        places: list[tuple[int, list[int]]] = []  # (doc index, token indices of the sentence's words)
         for index, doc in enumerate(docs):
             spans = doc.sents if doc.has_annotation("SENT_START") else [doc[:]]
             for span in spans:
@@ -168,7 +186,7 @@ class ElmoSpacyComponent:
             doc.user_token_hooks.update(vector=token_vector, has_vector=has_vector, similarity=similarity)
 
 
-def _checked_device(device):
+def _checked_device(device: str | torch.device | None) -> str | None:
     """`device` as a string torch accepts, or None; a ValueError naming it when it is malformed or absent here."""
     if device is None:
         return None
@@ -184,7 +202,7 @@ def _checked_device(device):
     return str(device)
 
 
-def _in_spacy_worker():
+def _in_spacy_worker() -> bool:
     """True in a worker process of spaCy's `nlp.pipe(n_process > 1)` (a process started on spaCy's worker loop)."""
     target = getattr(multiprocessing.current_process(), "_target", None)
     return target is not None and target is getattr(spacy_language, "_apply_pipes", None)
@@ -193,28 +211,28 @@ def _in_spacy_worker():
 # The hooks are module-level functions so that docs stay picklable.
 
 
-def token_vector(token):
+def token_vector(token: Token) -> np.ndarray:
     return token.doc.tensor[token.i]
 
 
-def span_vector(span):
+def span_vector(span: Span | Doc) -> np.ndarray:
     words = [token.i for token in span if not token.is_space]
     if not words:
         return np.zeros(span.doc.tensor.shape[1], dtype=np.float32)
     return span.doc.tensor[words].mean(axis=0)
 
 
-def doc_vector(doc):
+def doc_vector(doc: Doc) -> np.ndarray:
     return span_vector(doc[:])
 
 
-def has_vector(_):
+def has_vector(_: object) -> bool:
     return True
 
 
-def similarity(this, other):
+def similarity(this: Token | Span | Doc, other: Token | Span | Doc) -> float:
     """The cosine of the two ELMo vectors (0.0 when either is all zeros)."""
-    a, b = this.vector, other.vector
+    a, b = cast(np.ndarray, this.vector), cast(np.ndarray, other.vector)  # the arrays of the hooks above
     if a.shape != b.shape:
         raise ValueError(
             f"similarity: {type(other).__name__} {other.text!r} has a vector of shape {b.shape}, not ELMo's "
@@ -228,6 +246,9 @@ def similarity(this, other):
     "elmo_hf",
     default_config={"model": None, "layers": "average", "mix_weights": None, "batch_size": 64, "device": None},
 )
-def make_elmo_component(nlp, name, model, layers, mix_weights, batch_size, device):
-    """spaCy's factory for `ElmoSpacyComponent` (`nlp.add_pipe("elmo_hf", config={...})`)."""
+def make_elmo_component(
+    nlp: Language, name: str, model: Any, layers: Any, mix_weights: Any, batch_size: Any, device: Any
+) -> ElmoSpacyComponent:
+    """spaCy's factory for `ElmoSpacyComponent` (`nlp.add_pipe("elmo_hf", config={...})`). The settings are `Any`:
+    spaCy validates annotated factory arguments by its own rules, and `ElmoSpacyComponent` checks them instead."""
     return ElmoSpacyComponent(model, layers, mix_weights, batch_size, device, name=name)

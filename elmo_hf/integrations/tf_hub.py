@@ -25,16 +25,25 @@ Malformed input (an empty batch, a bare string, a word that is not a string, a l
 one-line ValueError or TypeError naming the value and its place.
 """
 
+from collections.abc import Sequence
 from numbers import Real
 
 import numpy as np
 import torch
 
 from ..modeling_elmo import ElmoModel
+from ..tokenization_elmo import ElmoTokenizer
 from .common import checkpoint_tokenizer, shown
 
 
-def tf_hub_elmo(model, tokens, sequence_len=None, layer_weights=None, gamma=1.0, tokenizer=None):
+def tf_hub_elmo(
+    model: ElmoModel,
+    tokens: Sequence[str] | Sequence[Sequence[str]] | np.ndarray,
+    sequence_len: Sequence[int] | np.ndarray | torch.Tensor | None = None,
+    layer_weights: Sequence[float] | torch.Tensor | None = None,
+    gamma: float | torch.Tensor = 1.0,
+    tokenizer: ElmoTokenizer | None = None,
+) -> dict[str, torch.Tensor]:
     r"""
     Args:
         model (`ElmoModel`): the biLM (run as it is: put it in eval mode for inference).
@@ -82,7 +91,10 @@ def tf_hub_elmo(model, tokens, sequence_len=None, layer_weights=None, gamma=1.0,
     return outputs
 
 
-def _sentences(tokens, sequence_len):
+def _sentences(
+    tokens: Sequence[str] | Sequence[Sequence[str]] | np.ndarray,
+    sequence_len: Sequence[int] | np.ndarray | torch.Tensor | None,
+) -> list[list[str]]:
     """The words of each sentence, from either signature's input; one-line errors naming the bad value."""
     if isinstance(tokens, str):
         raise TypeError(f"tokens must be a list of sentences, got the string {shown(tokens)}; wrap it: [sentence]")
@@ -131,7 +143,9 @@ def _sentences(tokens, sequence_len):
     return sentences
 
 
-def _layer_weights(layer_weights, num_layers, like):
+def _layer_weights(
+    layer_weights: Sequence[float] | torch.Tensor | None, num_layers: int, like: torch.Tensor
+) -> torch.Tensor:
     """`layer_weights` as a (num_layers,) tensor of `like`'s dtype and device (zeros when None); one-line errors."""
     if layer_weights is None:
         return torch.zeros(num_layers, dtype=like.dtype, device=like.device)

@@ -6,7 +6,7 @@ import pathlib
 METRICS = ("seqeval_f1", "classification_f1")
 
 
-def metric_path(name):
+def metric_path(name: str) -> str:
     """The folder of the shipped metric module `name` (one of `METRICS`), for `evaluate.load`."""
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; shipped metrics are {METRICS}")

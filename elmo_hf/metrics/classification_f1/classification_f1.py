@@ -21,7 +21,7 @@ Returns:
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class ClassificationF1(evaluate.Metric):
-    def _info(self):
+    def _info(self) -> evaluate.MetricInfo:
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
             citation="",
@@ -29,7 +29,7 @@ class ClassificationF1(evaluate.Metric):
             features=datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}),
         )
 
-    def _compute(self, predictions, references):
+    def _compute(self, predictions: list[int], references: list[int]) -> dict[str, float]:
         if not references:
             raise ValueError("classification_f1 needs at least one prediction")
         return {

@@ -1,6 +1,9 @@
 """Token accuracy of any tag set and, when the tags are IOB, entity-level precision, recall and F1 (the CoNLL-2003
 evaluation), as an `evaluate` module that works offline. The entity scores are the `seqeval` library's."""
 
+from collections.abc import Iterable
+from typing import Any
+
 import datasets
 import evaluate
 from seqeval.metrics import accuracy_score, classification_report, f1_score, precision_score, recall_score
@@ -24,7 +27,7 @@ Returns:
 ENTITY_PREFIXES = ("B", "I", "E", "S")
 
 
-def is_entity_tag_set(tags):
+def is_entity_tag_set(tags: Iterable[str]) -> bool:
     """Whether every tag in `tags` is O or B-/I-/E-/S-TYPE, so that entity scores mean something."""
     for tag in tags:
         prefix, separator, entity_type = tag.partition("-")
@@ -35,7 +38,7 @@ def is_entity_tag_set(tags):
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class SeqevalF1(evaluate.Metric):
-    def _info(self):
+    def _info(self) -> evaluate.MetricInfo:
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
             citation="",
@@ -48,7 +51,7 @@ class SeqevalF1(evaluate.Metric):
             ),
         )
 
-    def _compute(self, predictions, references):
+    def _compute(self, predictions: list[list[str]], references: list[list[str]]) -> dict[str, Any]:
         for index, (predicted, gold) in enumerate(zip(predictions, references)):
             if len(predicted) != len(gold):
                 raise ValueError(f"sentence {index}: {len(predicted)} predicted tags for {len(gold)} gold tags")
