@@ -24,9 +24,9 @@ python3 -c "import torch, transformers, triton; print('torch', torch.__version__
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/peersite .gpu/whl/*.whl
 
 stage "tests: the CUDA paths, the differential harness and the weight freshness checks"
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_graphs.py \
-    tests/test_cuda_kernels.py tests/test_paths_differential.py tests/test_lstm_paths.py \
-    tests/test_weight_freshness.py 2>&1 | tail -25
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/model/test_cuda.py tests/model/test_cuda_graphs.py \
+    tests/model/test_cuda_kernels.py tests/model/test_paths_differential.py tests/model/test_lstm_paths.py \
+    tests/model/test_weight_freshness.py 2>&1 | tail -25
 
 stage "inference, medium: CUDA graphs with the fused step, and allennlp"
 timeout 150 python3 benchmarks/benchmark_elmo.py --device cuda --sizes medium --reps 3 --peer-venv .gpu/peer \

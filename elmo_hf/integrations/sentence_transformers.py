@@ -45,8 +45,8 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         'pip install "elmo-hf[sentence-transformers]"'
     ) from error
 
-from ..embedder import ElmoEmbedder
-from ..modeling_elmo import ElmoModel
+from ..inference.embedder import ElmoEmbedder
+from ..model.modeling_elmo import ElmoModel
 from .common import check_positive_int, check_single_vector_layers, checkpoint_tokenizer, load_checkpoint, shown
 
 

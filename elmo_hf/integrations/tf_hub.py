@@ -30,7 +30,7 @@ from numbers import Real
 import numpy as np
 import torch
 
-from ..modeling_elmo import ElmoModel
+from ..model.modeling_elmo import ElmoModel
 from .common import checkpoint_tokenizer, shown
 
 
