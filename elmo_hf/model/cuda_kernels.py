@@ -80,7 +80,7 @@ def fused_layer_forward(layer, inputs, mask, cell, hidden):
     cell_grid = (2 * batch, -(-lstm_dim // cell_block))
     projection_grid = (2 * batch, -(-projection_dim // projection_block))
     # m_t P as `splits` products over slices of the cell's columns, added up by the hidden kernel: at few rows the one
-    # product runs at a few percent of the GPU (benchmarks/profile_cuda_projection.py).
+    # product runs at a few percent of the GPU.
     splits = projection_splits(lstm_dim, cell.dtype)
     split_width = lstm_dim // splits
     memory = cell.new_empty(2 * splits, batch, split_width)  # m_t, split by cell columns
