@@ -98,5 +98,5 @@ def test_write_model_card_reads_the_conversion_report_beside_it(tmp_path):
 
 def test_the_template_at_the_repo_root_is_the_one_the_package_ships():
     assert (REPO_ROOT / "model_card.md").resolve() == TEMPLATE_PATH.resolve()
-    assert TEMPLATE_PATH.parent.name == "elmo_hf"
-    assert '"model_card.md"' in (REPO_ROOT / "setup.py").read_text(encoding="utf-8")
+    assert TEMPLATE_PATH.parent.resolve() == (REPO_ROOT / "elmo_hf" / "hub").resolve()
+    assert '"hub/model_card.md"' in (REPO_ROOT / "setup.py").read_text(encoding="utf-8")
