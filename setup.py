@@ -10,9 +10,9 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["elmo_hf", "elmo_hf.*"]),
     include_package_data=True,
-    # The model card template, the offline `evaluate` metric modules (loaded by path, not imported), and the
-    # shipped default model (elmo_hf.DEFAULT_MODEL) and the manifest of the corpus it was trained on.
-    package_data={"elmo_hf": ["model_card.md", "corpus_manifest.json", "metrics/*/*.py", "pretrained/*/*"]},
+    # The model card template, the offline `evaluate` metric modules (loaded by path, not imported), and the one
+    # shipped model (elmo_hf.DEFAULT_MODEL).
+    package_data={"elmo_hf": ["hub/model_card.md", "metrics/*/*.py", "pretrained/*/*"]},
     install_requires=[
         "torch>=2.1",
         "transformers>=5.0",
@@ -42,10 +42,11 @@ setup(
             "mypy==2.4.1",  # .ci/run: the type check, mypy.ini (pinned: what it reports differs between versions)
             "onnxruntime>=1.18",
             "matplotlib>=3.7",
-            # tests/test_cuda_kernels.py runs the GPU step's Triton kernels through Triton's interpreter on the CPU.
+            # tests/model/test_cuda_kernels.py runs the GPU step's Triton kernels through Triton's interpreter on the
+            # CPU.
             "triton>=3.5; platform_system == 'Linux' and platform_machine == 'x86_64'",
         ],
-        # `elmo-hf export-onnx` and elmo_hf.onnx_export.ElmoOnnxModel.
+        # `elmo-hf export-onnx` and elmo_hf.inference.onnx_export.ElmoOnnxModel.
         "onnx": ["onnx>=1.16", "onnxruntime>=1.18"],
         # Fine-tuning the task heads with the Trainer (examples/run_*_classification.py).
         "examples": [

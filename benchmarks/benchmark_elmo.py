@@ -59,7 +59,7 @@ from benchmark_utils import (
     worker_environment,
 )
 
-from elmo_hf.configuration_elmo import LSTM_IMPLEMENTATIONS
+from elmo_hf.model.configuration_elmo import LSTM_IMPLEMENTATIONS
 
 # Output check: the largest absolute difference to a peer's vectors for its timings to count.
 ATOL = 1e-5
@@ -402,8 +402,8 @@ def main(argv=None):
         "--lstm-implementation",
         choices=LSTM_IMPLEMENTATIONS,
         default="auto",
-        help="our side's config.lstm_implementation (elmo_hf/lstm_paths.py): 'reference' times the plain loop (on a "
-        "GPU: without CUDA graphs), 'cuda_graphs' the graphs of the reference step instead of the fused one",
+        help="our side's config.lstm_implementation (elmo_hf/model/lstm_paths.py): 'reference' times the plain "
+        "loop (on a GPU: without CUDA graphs), 'cuda_graphs' the graphs of the reference step instead of the fused one",
     )
     parser.add_argument(
         "--prefetch",

@@ -4,11 +4,11 @@
         [--work-dir /tmp/elmo-bench]
 
 The weights (`make_random_elmo.py`, converted by our converter) come from `benchmark_utils.prepare`, the workload
-(`workload.make_workload`) and the harness (`benchlib.run_suite`: sorted / unsorted batches of 32, batch 1) from
-the shared peer folder `../shared/peer`. The checkpoint is exported with `elmo_hf.onnx_export.export_onnx`; each
-side then runs in its own process (so peak RSS figures do not mix) with the same number of threads, and embeds
-like `benchmark_elmo.py`: the average of all layers, on the host, tokenization included. Words exclude the
-sentence boundaries. Both sides' vectors for the first 8 sentences are compared (every layer).
+(`workload.make_workload`) and the harness (`benchlib.run_suite`: sorted / unsorted batches of 32, batch 1) from the
+shared peer folder `../shared/peer`. The checkpoint is exported with `elmo_hf.inference.onnx_export.export_onnx`; each
+side then runs in its own process (so peak RSS figures do not mix) with the same number of threads, and embeds like
+`benchmark_elmo.py`: the average of all layers, on the host, tokenization included. Words exclude the sentence
+boundaries. Both sides' vectors for the first 8 sentences are compared (every layer).
 """
 
 import argparse
@@ -54,7 +54,7 @@ def worker(args):
     else:
         import onnxruntime
 
-        from elmo_hf.onnx_export import ElmoOnnxModel
+        from elmo_hf.inference.onnx_export import ElmoOnnxModel
 
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = args.threads
@@ -145,7 +145,7 @@ def main(argv=None):
     onnx_dir = args.work_dir / f"{args.size}-onnx"
     if not (onnx_dir / "model.onnx").is_file():
         from elmo_hf import ElmoModel
-        from elmo_hf.onnx_export import export_onnx
+        from elmo_hf.inference.onnx_export import export_onnx
 
         export_onnx(ElmoModel.from_pretrained(checkpoint).eval(), onnx_dir)
         print(f"{args.size}: exported {onnx_dir / 'model.onnx'}", flush=True)

@@ -24,8 +24,8 @@ Configurations: `shipped` is elmo_hf.DEFAULT_MODEL's (char CNN 525 filters, LSTM
 1,024 negatives); `larger` doubles the LSTM and projection (1024 / 256); `medium` has the published medium model's
 LSTM (2048 / 256).
 
-`--modes eager captured` times both the eager step and `elmo_hf.captured_training.PreTrainingStep` (each bucketed
-batch shape captured once as a CUDA graph before the timing, then replayed; on the CPU the same padded step runs
+`--modes eager captured` times both the eager step and
+`elmo_hf.training.captured_training.PreTrainingStep` (each bucketed batch shape captured once as a CUDA graph before the timing, then replayed; on the CPU the same padded step runs
 eagerly) on the same batches from the same seed, and prints each one's speed against the first; with `--dropout 0`
 their loss curves agree to float32 rounding. On a GPU every worker also profiles three steps: kernels run and host
 launch calls per step (a graph replay is one), device time against wall time. `--tf32` runs the float32 products in
@@ -108,7 +108,7 @@ def worker(args):
     step_function = functools.partial(train_step, model, optimizer)
     capture = {}
     if args.mode == "captured":
-        from elmo_hf.captured_training import PreTrainingStep, bucket_shape
+        from elmo_hf.training.captured_training import PreTrainingStep, bucket_shape
 
         captured = PreTrainingStep(model, max_grad_norm=10.0)
 

@@ -137,7 +137,7 @@ def peer_harness(peer_dir=PEER_DIR):
 def prepare(work_dir, peer_dir, size):
     """Random weights of `size` in the published layout (the peer folder's make_random_elmo.py), converted with our
     converter; both made once in `work_dir` and reused. Returns (hdf5 dir, converted checkpoint dir)."""
-    from elmo_hf.convert_bilm_tf import convert_hdf5
+    from elmo_hf.convert.convert_bilm_tf import convert_hdf5
 
     work_dir, peer_dir = pathlib.Path(work_dir), pathlib.Path(peer_dir)
     source = work_dir / size

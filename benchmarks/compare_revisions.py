@@ -24,7 +24,7 @@ this check.
 """
 
 import argparse
-import importlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -84,20 +84,37 @@ def worker(args):
     args.json.write_text(json.dumps(results, indent=1))
 
 
+# Where a module lives in a revision: in elmo_hf/ itself (the flat layout) or in a subpackage (the layered one).
+LAYERED = {"modeling_elmo": "model", "embedder": "inference"}
+
+
+def is_checkout(root):
+    """Whether `root` is a checkout of elmo-hf, in either layout."""
+    package = pathlib.Path(root) / "elmo_hf"
+    return (package / "modeling_elmo.py").is_file() or (package / "model" / "modeling_elmo.py").is_file()
+
+
+def revision_module(package, name):
+    """The module `name` of the revision imported as `package`, in whichever layout it has."""
+    layered = importlib.util.find_spec(f"{package}.model") is not None
+    return importlib.import_module(f"{package}.{LAYERED[name]}.{name}" if layered else f"{package}.{name}")
+
+
 def load_model_code(code_root, package, directory):
-    """Import `code_root`'s elmo_hf model files as the package `package` (in `directory`): its ElmoModel class."""
+    """Import `code_root`'s elmo_hf modules as the package `package` (in `directory`): its ElmoModel class. Every
+    module and subpackage is linked in but elmo_hf/__init__.py, the one that registers the Auto classes."""
     folder = pathlib.Path(directory) / package
     folder.mkdir()
     (folder / "__init__.py").write_text("")
-    for source in (pathlib.Path(code_root) / "elmo_hf").glob("*.py"):
-        if source.name != "__init__.py":  # every module but the one that registers the Auto classes
+    for source in (pathlib.Path(code_root) / "elmo_hf").iterdir():
+        if source.name != "__init__.py" and (source.suffix == ".py" or (source / "__init__.py").is_file()):
             (folder / source.name).symlink_to(source.resolve())
-    return importlib.import_module(f"{package}.modeling_elmo").ElmoModel
+    return revision_module(package, "modeling_elmo").ElmoModel
 
 
 def revision_token_cache(package, model, words, tokenizer):
     """The revision `package`'s ElmoTokenCache of `words` for `model`."""
-    ElmoTokenCache = importlib.import_module(f"{package}.embedder").ElmoTokenCache
+    ElmoTokenCache = revision_module(package, "embedder").ElmoTokenCache
     char_ids = tokenizer([words], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
     return ElmoTokenCache(model.character_encoder, char_ids)
 
@@ -238,9 +255,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args)
-    if args.old_root is None or not (args.old_root / "elmo_hf" / "modeling_elmo.py").is_file():
+    if args.old_root is None or not is_checkout(args.old_root):
         raise SystemExit(
-            f"error: --old-root {args.old_root}: expected a checkout of elmo-hf (elmo_hf/modeling_elmo.py)"
+            f"error: --old-root {args.old_root}: expected a checkout of elmo-hf (elmo_hf/model/modeling_elmo.py)"
         )
     args.work_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = prepare_checkpoint(args)

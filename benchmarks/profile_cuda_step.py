@@ -10,8 +10,8 @@ import argparse
 
 import torch
 
-from elmo_hf import cuda_kernels, triton_lstm_kernels
-from elmo_hf.modeling_elmo import ElmoBiLstmLayer
+from elmo_hf.model import cuda_kernels, triton_lstm_kernels
+from elmo_hf.model.modeling_elmo import ElmoBiLstmLayer
 
 REPEATS = 200
 

@@ -1,7 +1,7 @@
 """Where our CPU (or GPU) time goes, per stage of the model, in milliseconds per word.
 
     python benchmarks/stage_times.py --sizes medium original [--threads 2] [--work-dir /tmp/elmo-bench]
-        [--peer-dir ../shared/peer] [--step-loop] [--variants]
+        [--peer-dir ../shared/peer] [--step-loop]
 
 For each size: random weights in the published layout (the peer folder's `make_random_elmo.py`, reused from
 `--work-dir` when `benchmark_elmo.py` already wrote them), converted with our converter; then 4 length-sorted
@@ -13,13 +13,6 @@ which also holds the tokenizer and the rest. Timings are single runs: compare ma
 `--step-loop` also times a bare loop of one sentence's LSTM steps (28 words, two layers, one row, both directions) at
 the size's shapes: the per-step products alone, then with the step's elementwise work. Their difference is the
 per-step overhead that no product speed-up removes.
-
-`--variants` times two ways of running a single sentence that were tried and not kept (RESULTS.md), at the size's
-shapes and with the model's weights: the step's elementwise work eager and under `torch.compile` (which needs a C++
-compiler, and compiles for seconds on first use), and the products that run on a sentence's few rows (the LSTM input
-products and a highway layer) as the model runs them, `x @ W`, and weight first, `(W^T @ x^T)^T`, which some BLAS
-libraries run faster when the rows are few. It also times one step's products at 2-32 rows as the model runs them
-(oneDNN, weights prepacked once) against `baddbmm` and `bmm`, the choice to check first on another vendor's CPU.
 """
 
 import argparse
@@ -31,7 +24,8 @@ import torch
 from benchmark_utils import PEER_DIR, SIZES, peer_harness, prepare, rate
 from roofline import SENTENCE_STEPS  # the steps of a sentence of the workload's mean length, as the memory roof
 
-from elmo_hf import ElmoModel, ElmoTokenizer, cpu_kernels, modeling_elmo
+from elmo_hf import ElmoModel, ElmoTokenizer
+from elmo_hf.model import cpu_kernels, modeling_elmo
 
 # Stage name -> (owner, function name) wrapped by the timer.
 STAGES = {
@@ -118,74 +112,6 @@ def step_loop(config, elementwise):
         return 1000 / rate(sentence, SENTENCE_STEPS)
 
 
-def variants(model, rows=(12, 26, 40, 64)):
-    """Lines comparing the kept and the tried ways of a sentence's work (see the module docstring); each timing is the
-    median of `rate`'s repeats."""
-    cpu = torch.device("cpu")
-
-    def microseconds(function):
-        return 1e6 / rate(function, 1.0, cpu)
-
-    def gflop_per_s(function, flops):
-        return rate(function, flops, cpu) / 1e9
-
-    lines = []
-    cell = model.config.lstm_dim
-    gates, memory = torch.randn(2, 1, 4 * cell), torch.randn(2, 1, cell)
-    start = time.perf_counter()
-    compiled = torch.compile(cell_update, dynamic=False, fullgraph=True)
-    compiled(gates, memory)
-    compile_seconds = time.perf_counter() - start
-    difference = max((a - b).abs().max().item() for a, b in zip(cell_update(gates, memory), compiled(gates, memory)))
-    lines.append(
-        f"step's elementwise work, one row: eager {microseconds(lambda: cell_update(gates, memory)):.1f} "
-        f"us, torch.compile {microseconds(lambda: compiled(gates, memory)):.1f} us (first call "
-        f"{compile_seconds:.1f} s, max difference {difference:.1e})"
-    )
-
-    layer = model.encoder.layers[1]
-    highway = model.character_encoder.highways[0].transform if model.character_encoder.highways else None
-    for count in rows:
-        inputs = torch.randn(2, count, layer.input_weight.shape[1])  # (2, rows, input_dim)
-        as_model = lambda: layer.input_gates(inputs)  # noqa: E731
-        weight_first = lambda: torch.baddbmm(  # noqa: E731
-            layer.bias.unsqueeze(2), layer.input_weight.transpose(1, 2), inputs.transpose(1, 2)
-        ).transpose(1, 2)  # (2, 4 * lstm_dim, rows) -> (2, rows, 4 * lstm_dim)
-        flops = 2 * inputs.numel() * layer.input_weight.shape[2]
-        line = (
-            f"{count} rows: LSTM input products {gflop_per_s(as_model, flops):.0f} GFLOP/s as the "
-            f"model runs them, {gflop_per_s(weight_first, flops):.0f} weight first"
-        )
-        if highway is not None:
-            token = torch.randn(count, highway.in_features)  # (rows, num_filters)
-            as_model = lambda: highway(token)  # noqa: E731
-            weight_first = lambda: torch.addmm(highway.bias.unsqueeze(1), highway.weight, token.t()).t()  # noqa: E731
-            flops = 2 * token.numel() * highway.out_features
-            line += (
-                f"; highway product {gflop_per_s(as_model, flops):.0f} as the model runs it, "
-                f"{gflop_per_s(weight_first, flops):.0f} weight first"
-            )
-        lines.append(line)
-
-    # The per-step products of a batch's rows (the recurrent product and the projection, both directions): oneDNN with
-    # the weights prepacked once, as the model runs them from 2 rows up, against MKL's `baddbmm` / `bmm`.
-    if cpu_kernels._prepacked_products_apply(layer, layer.bias):
-        for count in (2, 8, 32):
-            gate_input = torch.randn(2, count, layer.recurrent_weight.shape[2])  # (2, rows, 4 * lstm_dim)
-            hidden = torch.randn(2, count, layer.recurrent_weight.shape[1])  # (2, rows, projection_dim)
-            memory = torch.randn(2, count, layer.projection_weight.shape[1])  # (2, rows, lstm_dim)
-            timings = [
-                microseconds(lambda: cpu_kernels._gates(layer, gate_input, hidden, prepacked))
-                + microseconds(lambda: cpu_kernels._project(layer, memory, prepacked))
-                for prepacked in (True, False)
-            ]
-            lines.append(
-                f"{count} rows, one step's products: {timings[0]:.0f} us prepacked for oneDNN (the model), "
-                f"{timings[1]:.0f} us with baddbmm + bmm"
-            )
-    return lines
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["medium", "original"])
@@ -193,7 +119,6 @@ def main(argv=None):
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/elmo-bench"))
     parser.add_argument("--peer-dir", type=pathlib.Path, default=PEER_DIR)
     parser.add_argument("--step-loop", action="store_true", help="also time the bare LSTM step loop (see above)")
-    parser.add_argument("--variants", action="store_true", help="also time the variants tried and not kept (see above)")
     args = parser.parse_args(argv)
     _, make_workload = peer_harness(args.peer_dir)
 
@@ -215,10 +140,6 @@ def main(argv=None):
                 f"{with_elementwise:.3f} (medians of 5 timings)",
                 flush=True,
             )
-        if args.variants:
-            with torch.inference_mode():
-                for line in variants(model):
-                    print(f"{size}, {line}", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ publish them to the Hub under consistent names.
         [--push-to-hub-namespace ORG [--private] [--revision BRANCH]] [--models small original]
 
 The input folder holds the files under their published names, `<stem>_options.json` and `<stem>_weights.hdf5`
-(listed in `elmo_hf.published.PUBLISHED_MODELS`, which does the work). Each model is converted and verified into
+(listed in `elmo_hf.convert.published.PUBLISHED_MODELS`, which does the work). Each model is converted and verified into
 `<output-dir>/<repo name>`, with its model card, and pushed to `<ORG>/<repo name>` when a namespace is given.
 Missing files are reported before anything is converted. To download and convert one model by name instead:
 `elmo-hf convert --published NAME`.
@@ -14,7 +14,7 @@ Missing files are reported before anything is converted. To download and convert
 import argparse
 
 from elmo_hf.cli import add_hub_arguments
-from elmo_hf.published import ENGLISH_MODELS, convert_all
+from elmo_hf.convert.published import ENGLISH_MODELS, convert_all
 from elmo_hf.user_errors import add_debug_argument, reported_as_one_line
 
 __all__ = ["convert_all", "main"]  # convert_all: imported by the tests from here too

@@ -6,7 +6,7 @@
     python conversion/convert_elmo_original_tf_to_hf.py --tf-checkpoint model.ckpt-60 --options options.json \
         --vocab vocab.txt --output-dir elmo-lm
 
-The converter (key table, readers, the NumPy check of bilm-tf's arithmetic) is `elmo_hf/convert_bilm_tf.py`.
+The converter (key table, readers, the NumPy check of bilm-tf's arithmetic) is `elmo_hf/convert/convert_bilm_tf.py`.
 """
 
 from elmo_hf.cli import CONVERT_DESCRIPTION, script_main

@@ -14,9 +14,11 @@ from transformers import (
 )
 from transformers.pipelines import PIPELINE_REGISTRY
 
-from .configuration_elmo import ElmoConfig
-from .embedder import ElmoEmbedder, ElmoTokenCache
-from .modeling_elmo import (
+from .hub.shipped_models import DEFAULT_MODEL, SHIPPED_MODELS
+from .inference.embedder import ElmoEmbedder, ElmoTokenCache
+from .inference.pipelines import ELMO_TOKEN_CLASSIFICATION_TASK, ElmoTokenClassificationPipeline
+from .model.configuration_elmo import ElmoConfig
+from .model.modeling_elmo import (
     ElmoForPreTraining,
     ElmoForPreTrainingOutput,
     ElmoForSequenceClassification,
@@ -26,10 +28,8 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
     ElmoScalarMix,
 )
-from .pipelines import ELMO_TOKEN_CLASSIFICATION_TASK, ElmoTokenClassificationPipeline
-from .shipped_models import DEFAULT_MODEL, NEWS_MODEL, PTB_MODEL, SHIPPED_MODELS
-from .tokenization_elmo import ElmoTokenizer
-from .word_vocabulary import ElmoPreTrainingCollator, ElmoWordVocabulary
+from .model.tokenization_elmo import ElmoTokenizer
+from .training.word_vocabulary import ElmoPreTrainingCollator, ElmoWordVocabulary
 
 __version__ = "0.1.0"
 
@@ -59,8 +59,6 @@ PIPELINE_REGISTRY.register_pipeline(
 
 __all__ = [
     "DEFAULT_MODEL",
-    "NEWS_MODEL",
-    "PTB_MODEL",
     "SHIPPED_MODELS",
     "ElmoConfig",
     "ElmoModel",

@@ -15,13 +15,13 @@ import torch
 import torch.distributed as dist
 import transformers
 
-from . import DEFAULT_MODEL, corpus_builder
-from .convert_bilm_tf import convert_hdf5, convert_tf_checkpoint
-from .convert_common import check_repo_id, push_to_hub
-from .convert_elmoformanylangs import convert_efml
-from .perplexity import PROTOCOLS, evaluate_perplexity, load_language_model, read_sentences
-from .published import BASE_URL_VARIABLE, PUBLISHED_MODELS, convert_published
-from .shipped_models import shipped_model_path
+from . import DEFAULT_MODEL
+from .convert.convert_bilm_tf import convert_hdf5, convert_tf_checkpoint
+from .convert.convert_common import check_repo_id, push_to_hub
+from .convert.convert_elmoformanylangs import convert_efml
+from .convert.published import BASE_URL_VARIABLE, PUBLISHED_MODELS, convert_published
+from .hub.shipped_models import shipped_model_path
+from .inference.perplexity import PROTOCOLS, evaluate_perplexity, load_language_model, read_sentences
 from .user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -98,7 +98,7 @@ def build_parser():
         metavar="NAME_OR_DIR",
         default=DEFAULT_MODEL,
         help="a converted checkpoint folder (see `elmo-hf convert`), a Hub model name, or a model shipped in the "
-        "package by name: elmo-english-small (the default, elmo_hf.DEFAULT_MODEL), elmo-news-small, elmo-ptb-small",
+        "package by name: elmo-english-small (the default, elmo_hf.DEFAULT_MODEL)",
     )
     model.add_argument(
         "--device",
@@ -184,7 +184,8 @@ def build_parser():
 
     export = commands.add_parser(
         "export-onnx",
-        help="export the biLM to ONNX: every layer out, dynamic batch and word axes (see elmo_hf/onnx_export.py)",
+        help="export the biLM to ONNX: every layer out, dynamic batch and word axes "
+        "(see elmo_hf/inference/onnx_export.py)",
     )
     export.add_argument("--model", metavar="NAME_OR_DIR", default=DEFAULT_MODEL, help="as for embed")
     export.add_argument("--output", metavar="DIR", required=True, help="folder for model.onnx, config and tokenizer")
@@ -200,13 +201,7 @@ def build_parser():
         "perplexity", help="the biLM's perplexity on a text file", description=PERPLEXITY_DESCRIPTION
     )
     add_perplexity_arguments(perplexity)
-    build_corpus = commands.add_parser(
-        "build-corpus",
-        help="build the English pretraining corpus from registry packages: per-source splits and a manifest",
-        description=corpus_builder.__doc__.split("\n\n")[0],
-    )
-    corpus_builder.add_arguments(build_corpus)
-    for command in (embed, export, convert, perplexity, build_corpus):
+    for command in (embed, export, convert, perplexity):
         add_debug_argument(command)
     return parser
 
@@ -383,7 +378,7 @@ def embed(args):
 
 def _embed(args, device):
     from .compat.allennlp import embed_file_in_allennlp_layout, load_elmo_model
-    from .embedder import ElmoEmbedder
+    from .inference.embedder import ElmoEmbedder
 
     if (args.options_file is None) != (args.weight_file is None):
         raise UserInputError("--options-file: goes with --weight-file (allennlp's pair of files); give both or neither")
@@ -438,8 +433,8 @@ def _embed(args, device):
 
 
 def export_onnx(args):
-    from .modeling_elmo import ElmoModel
-    from .onnx_export import export_onnx
+    from .inference.onnx_export import export_onnx
+    from .model.modeling_elmo import ElmoModel
 
     try:
         model = ElmoModel.from_pretrained(shipped_model_path(args.model))
@@ -453,7 +448,6 @@ COMMANDS = {
     "export-onnx": export_onnx,
     "convert": convert,
     "perplexity": perplexity,
-    "build-corpus": corpus_builder.run,
 }
 
 

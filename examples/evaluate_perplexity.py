@@ -5,7 +5,7 @@
         [--batch-size N] [--json]
 
 Without --model: the model shipped in the package (elmo_hf.DEFAULT_MODEL). The protocols and the targets are
-described in `elmo_hf/perplexity.py`, which does the work.
+described in `elmo_hf/inference/perplexity.py`, which does the work.
 """
 
 from elmo_hf.cli import PERPLEXITY_DESCRIPTION, script_main

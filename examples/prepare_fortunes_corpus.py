@@ -3,7 +3,7 @@
 
     apt-get download fortunes && dpkg-deb -x fortunes_*.deb fortunes-deb
     python examples/prepare_fortunes_corpus.py fortunes-deb/usr/share/games/fortunes outputs/fortunes \
-        --vocab-file "$(python -c 'import elmo_hf; print(elmo_hf.PTB_MODEL)')/vocab.txt"
+        --vocab-file PTB_MODEL/vocab.txt   # the vocab.txt of a model trained on the Penn Treebank text
 
 Each fortune (the text between two `%` lines) is cut into sentences at `.`, `!` and `?`; a sentence is
 lowercased, split into words with PTB's contractions (`do n't`, `it 's`), numbers become `N`, other punctuation

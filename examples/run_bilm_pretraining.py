@@ -42,9 +42,9 @@ from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoPreTrainingCollator, ElmoTokenizer, ElmoWordVocabulary
-from elmo_hf.configuration_elmo import ORIGINAL_FILTERS
+from elmo_hf.model.configuration_elmo import ORIGINAL_FILTERS
+from elmo_hf.training.word_vocabulary import WORD_VOCAB_HEAD, find_vocab_file
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
-from elmo_hf.word_vocabulary import WORD_VOCAB_HEAD, find_vocab_file
 
 # Character CNN presets for --filters: the original ELMo's, and the small and tiny ones of Kim et al. (2016)'s
 # character-aware LM (25 * width filters of widths 1..6) and a tinier one for tests.

@@ -33,12 +33,12 @@ from transformers import (
 )
 
 import elmo_hf
+from elmo_hf.hub.model_card import ModelCardArguments
 from elmo_hf.metrics import metric_path
-from elmo_hf.model_card import ModelCardArguments
-from elmo_hf.task_words import TaskWordArguments
-from elmo_hf.training_schedule import MinUpdatesArguments
+from elmo_hf.training.task_words import TaskWordArguments
+from elmo_hf.training.training_schedule import MinUpdatesArguments
+from elmo_hf.training.weight_averaging import WeightAveragingArguments
 from elmo_hf.user_errors import UserInputError, reported_as_one_line
-from elmo_hf.weight_averaging import WeightAveragingArguments
 
 HEAD_FIELDS = (
     "freeze_bilm",

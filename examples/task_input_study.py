@@ -47,7 +47,7 @@ from elmo_hf import (
     ElmoModel,
     ElmoTokenizer,
 )
-from elmo_hf.task_words import (
+from elmo_hf.training.task_words import (
     add_pretrained_words,
     build_task_word_vocab,
     initialise_task_words,

@@ -20,6 +20,7 @@ import datetime
 import hashlib
 import http.server
 import json
+import re
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -492,3 +493,53 @@ def client_prelude(tests_dir):
         "atexit.register(lambda: _blocked and (print('non-loopback connections:', _blocked, file=sys.stderr),"
         " os._exit(97)))\n"
     )
+
+
+# A plain file server, for downloads that are not from a Hub (the published bilm-tf files).
+
+
+class FileServer:
+    """Serves `files` ({path: bytes}) on 127.0.0.1 with HTTP Range support, recording each GET as (path, Range
+    header, bytes sent). `cut_after[path] = n` makes the next answer for `path` stop after n bytes of its body while
+    its Content-Length announces all of them (a connection that breaks)."""
+
+    def __init__(self, files):
+        self.files, self.requests, self.cut_after = files, [], {}
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                content = server.files.get(self.path)
+                if content is None:
+                    self.send_error(404)
+                    return
+                start, status, headers = 0, 200, {}
+                range_header = self.headers.get("Range")
+                if range_header:
+                    start = int(re.fullmatch(r"bytes=(\d+)-", range_header).group(1))
+                    status = 206
+                    headers["Content-Range"] = f"bytes {start}-{len(content) - 1}/{len(content)}"
+                body = content[start:]
+                sent = body[: server.cut_after.pop(self.path, len(body))]
+                server.requests.append((self.path, range_header, len(sent)))
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(sent)
+
+            def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/elmo"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -91,7 +91,7 @@ def test_convert_then_embed_outside_the_checkout(installed, fixtures_dir):
     )
     assert "converted 33 datasets; outputs match bilm-tf's arithmetic" in converted.stderr
     report = json.loads((work / "converted" / "conversion_report.json").read_text())
-    assert report["converter"] == "elmo_hf.convert_bilm_tf" and report["verification_max_abs_difference"] < 1e-5
+    assert report["converter"] == "elmo_hf.convert.convert_bilm_tf" and report["verification_max_abs_difference"] < 1e-5
     (work / "input.txt").write_text("The cat sat .\nHello\n", encoding="utf-8")
     run(
         ["elmo-hf", "embed", "input.txt", "vectors.npz", "--model", "converted", "--layers", "top", "--quiet"],
@@ -112,4 +112,4 @@ def test_perplexity_of_the_shipped_model_outside_the_checkout(installed):
     ).stdout
     result = json.loads(printed)
     assert result["protocol"] == "stateless" and result["targets_per_direction"] == 13  # 11 words + 2 sentence ends
-    assert 1 < result["perplexity"] < 10_000  # the shipped PTB model's vocabulary has 10,000 words
+    assert 1 < result["perplexity"] < 10_000  # the shipped model's vocabulary has 20,000 words

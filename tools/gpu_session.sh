@@ -84,8 +84,8 @@ EOF
 run_tests() {
     local limit=$1
     timeout $((limit - 10)) python3 -m pytest -q -p no:cacheprovider -rfEs -o faulthandler_timeout=60 \
-        tests/test_cuda*.py tests/test_paths_differential.py tests/test_weight_freshness.py tests/test_lstm_paths.py \
-        tests/test_captured_training.py >/tmp/tests.log 2>&1
+        tests/model/test_cuda*.py tests/model/test_paths_differential.py tests/model/test_weight_freshness.py tests/model/test_lstm_paths.py \
+        tests/training/test_*captured_training.py >/tmp/tests.log 2>&1
     local status=$?
     ((status == 124)) && echo "(pytest stopped at its limit; the log so far:)"
     tail -45 /tmp/tests.log

@@ -1,12 +1,12 @@
 """Mutation testing of the heads' composition and the tokenizer's char ids against their fast tests.
 
 1. mutmut 3 (`pip install mutmut`) on `ElmoScalarMix`, `ElmoTaskEncoder` (the piece both heads share) and the two
-   heads' `forward`, against tests/test_heads.py, test_head_features.py, test_modeling.py and test_tokenization.py
+   heads' `forward`, against tests/model/test_heads.py, test_head_features.py, test_modeling.py and test_tokenization.py
    (without the subprocess tests: trust_remote_code, pipelines). mutmut copies the code into `mutants/`, so it
    runs in a scratch copy of the repository with its own setup.cfg; OMP_NUM_THREADS=1 because mutmut forks its
    workers, and torch's thread pool does not survive a fork (every mutant then hangs and reads as a timeout).
 2. `word_to_char_ids` is lru_cache'd, and mutmut 3 leaves decorated functions alone: it is mutated here, with
-   mutmut's operators, one mutant at a time, against tests/test_tokenization.py.
+   mutmut's operators, one mutant at a time, against tests/model/test_tokenization.py.
 
     python tools/mutation_testing.py [--scratch /tmp/elmo-mutation]
 
@@ -23,9 +23,14 @@ import subprocess
 import sys
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_heads.py", "tests/test_head_features.py", "tests/test_modeling.py", "tests/test_tokenization.py"]
+TESTS = [
+    "tests/model/test_heads.py",
+    "tests/model/test_head_features.py",
+    "tests/model/test_modeling.py",
+    "tests/model/test_tokenization.py",
+]
 MUTANTS = [
-    f"elmo_hf.modeling_elmo.x{name}*"
+    f"elmo_hf.model.modeling_elmo.x{name}*"
     for name in (
         "ǁElmoScalarMixǁ",
         "ǁElmoTaskEncoderǁ",
@@ -34,7 +39,7 @@ MUTANTS = [
     )
 ]
 SETUP_CFG = """[mutmut]
-source_paths = elmo_hf/modeling_elmo.py
+source_paths = elmo_hf/model/modeling_elmo.py
 also_copy =
     elmo_hf/
     conversion/
@@ -177,7 +182,9 @@ def main(argv=None):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     scratch_copy(args.scratch)
     run_mutmut(args.scratch, env)
-    run_function_mutations(args.scratch, env, "elmo_hf/char_ids.py", "word_to_char_ids", ["tests/test_tokenization.py"])
+    run_function_mutations(
+        args.scratch, env, "elmo_hf/model/char_ids.py", "word_to_char_ids", ["tests/model/test_tokenization.py"]
+    )
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ the lower-level `_ElmoBiLm` and `_ElmoCharacterEncoder` (allennlp 2.10.1), and `
     output = elmo(batch_to_ids([["The", "cat", "."], ["Hi"]]))
     output["elmo_representations"][0]   # (2, 3, 1024); output["mask"]: (2, 3) bool
 
-Same names, arguments, defaults and outputs as allennlp, equal to allennlp 2.10.1's numbers within 1e-5 (tests
-against its stored outputs). `options_file`/`weight_file` take the published pair (local paths, or their URLs, which
-are downloaded once), converted on first use by `elmo_hf.convert_bilm_tf.convert_hdf5` (checked against bilm-tf's
+Same names, arguments, defaults and outputs as allennlp, equal to allennlp 2.10.1's numbers within 1e-5 (tests against
+its stored outputs). `options_file`/`weight_file` take the published pair (local paths, or their URLs, which are
+downloaded once), converted on first use by `elmo_hf.convert.convert_bilm_tf.convert_hdf5` (checked against bilm-tf's
 arithmetic) and cached under `~/.cache/elmo_hf/allennlp/` by the files' content hash; or `options_file` names a
 converted elmo-hf checkpoint (a folder or Hub name) and `weight_file` is None.
 
@@ -36,10 +36,10 @@ import torch
 from torch import nn
 from transformers import PreTrainedConfig
 
-from ..char_ids import word_to_char_ids
-from ..embedder import ElmoEmbedder as _Embedder
-from ..embedder import ElmoTokenCache, _import_h5py, _rank_and_world_size
-from ..modeling_elmo import ElmoModel, ElmoScalarMix
+from ..inference.embedder import ElmoEmbedder as _Embedder
+from ..inference.embedder import ElmoTokenCache, _import_h5py, _rank_and_world_size
+from ..model.char_ids import word_to_char_ids
+from ..model.modeling_elmo import ElmoModel, ElmoScalarMix
 from ..user_errors import UserInputError
 
 logger = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def _local(path: str, name: str) -> str:
     `elmo-hf convert --published` keeps it, any other under `urls/`."""
     if not path.startswith(("http://", "https://")):
         return path
-    from ..published import PUBLISHED_MODELS, default_download_dir, download
+    from ..convert.published import PUBLISHED_MODELS, default_download_dir, download
 
     filename = path.rsplit("/", 1)[-1] or name
     folder = os.path.join("urls", hashlib.sha256(path.encode("utf-8")).hexdigest()[:16])
@@ -140,7 +140,8 @@ def _content_digest(*paths: str | os.PathLike[str]) -> str:
 
 
 def _convert_into(options_file: str, weight_file: str, folder: str) -> None:
-    """Convert and verify the pair (elmo_hf.convert_bilm_tf, as `elmo-hf convert`), then move it to `folder` whole."""
+    """Convert and verify the pair (elmo_hf.convert.convert_bilm_tf, as `elmo-hf convert`), then move it to `folder`
+    whole."""
     try:
         import h5py  # noqa: F401
     except ImportError as error:
@@ -149,7 +150,7 @@ def _convert_into(options_file: str, weight_file: str, folder: str) -> None:
             "'elmo-hf[conversion]' (once converted and cached, or with a converted elmo-hf checkpoint, nothing more "
             "is needed)"
         ) from error
-    from ..convert_bilm_tf import convert_hdf5
+    from ..convert.convert_bilm_tf import convert_hdf5
 
     os.makedirs(os.path.dirname(folder), exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".converting-", dir=os.path.dirname(folder))
@@ -685,7 +686,7 @@ class ElmoTokenEmbedder(nn.Module):
 
 
 def _published_original() -> tuple[str, str]:
-    from ..published import published_model
+    from ..convert.published import published_model
 
     return published_model("original").urls()
 

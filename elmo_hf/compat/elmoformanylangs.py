@@ -5,7 +5,7 @@
     embedder = Embedder("zh.model")                          # an ELMoForManyLangs folder, or a converted checkpoint
     vectors = embedder.sents2elmo([["今天", "天气", "很", "好"]])  # [(4, 1024)]: the average of the 3 layers
 
-An ELMoForManyLangs folder is converted on first use (`elmo_hf.convert_elmoformanylangs.convert_efml`, verified
+An ELMoForManyLangs folder is converted on first use (`elmo_hf.convert.convert_elmoformanylangs.convert_efml`, verified
 against its arithmetic) and the checkpoint cached under `cache_dir`; later uses load the cache.
 
 Like the original, the Embedder is stateful: each batch's LSTMs start from the final states of the batch before
@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..convert_elmoformanylangs import convert_efml, is_efml_folder
-from ..modeling_elmo import ElmoModel
-from ..tokenization_elmo import ElmoTokenizer
+from ..convert.convert_elmoformanylangs import convert_efml, is_efml_folder
+from ..model.modeling_elmo import ElmoModel
+from ..model.tokenization_elmo import ElmoTokenizer
 from ..user_errors import UserInputError
 
 DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "elmo_hf", "elmoformanylangs")

@@ -13,9 +13,9 @@ from numbers import Real
 from typing import Any
 
 from .. import DEFAULT_MODEL
-from ..modeling_elmo import ElmoModel
-from ..shipped_models import shipped_model_path
-from ..tokenization_elmo import ElmoTokenizer
+from ..hub.shipped_models import shipped_model_path
+from ..model.modeling_elmo import ElmoModel
+from ..model.tokenization_elmo import ElmoTokenizer
 
 SINGLE_VECTOR_LAYERS = ("average", "top", "mix")
 

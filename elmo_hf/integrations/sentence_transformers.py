@@ -49,9 +49,9 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         'pip install "elmo-hf[sentence-transformers]"'
     ) from error
 
-from ..embedder import ElmoEmbedder
-from ..modeling_elmo import ElmoModel
-from ..tokenization_elmo import ElmoTokenizer
+from ..inference.embedder import ElmoEmbedder
+from ..model.modeling_elmo import ElmoModel
+from ..model.tokenization_elmo import ElmoTokenizer
 from .common import check_positive_int, check_single_vector_layers, checkpoint_tokenizer, load_checkpoint, shown
 
 

@@ -48,10 +48,10 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError('elmo_hf.integrations.spacy needs spaCy 3: pip install "elmo-hf[spacy]"') from error
 
 from .. import DEFAULT_MODEL
-from ..configuration_elmo import ElmoConfig
-from ..embedder import ElmoEmbedder
-from ..modeling_elmo import ElmoModel
-from ..tokenization_elmo import ElmoTokenizer
+from ..inference.embedder import ElmoEmbedder
+from ..model.configuration_elmo import ElmoConfig
+from ..model.modeling_elmo import ElmoModel
+from ..model.tokenization_elmo import ElmoTokenizer
 from .common import check_positive_int, check_single_vector_layers, load_checkpoint, shown
 
 

@@ -31,8 +31,8 @@ from numbers import Real
 import numpy as np
 import torch
 
-from ..modeling_elmo import ElmoModel
-from ..tokenization_elmo import ElmoTokenizer
+from ..model.modeling_elmo import ElmoModel
+from ..model.tokenization_elmo import ElmoTokenizer
 from .common import checkpoint_tokenizer, shown
 
 
