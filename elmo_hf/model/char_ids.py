@@ -5,6 +5,7 @@ allennlp does, so that 0 can mean "no character" (a padding word is a row of zer
 """
 
 import functools
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -32,7 +33,9 @@ CHARACTER_ID_NAMES = (
 
 
 @functools.lru_cache(maxsize=200_000)
-def word_to_char_ids(word, max_characters_per_token=50, bos_token="<S>", eos_token="</S>"):
+def word_to_char_ids(
+    word: str, max_characters_per_token: int = 50, bos_token: str = "<S>", eos_token: str = "</S>"
+) -> tuple[int, ...]:
     """The `max_characters_per_token` character ids bilm-tf gives `word`, shifted by +1 (0 is padding).
 
     The word's UTF-8 bytes (undecodable characters such as lone surrogates dropped) are truncated to
@@ -53,7 +56,7 @@ def word_to_char_ids(word, max_characters_per_token=50, bos_token="<S>", eos_tok
     return tuple(char_id + 1 for char_id in char_ids)
 
 
-def char_ids_to_word(char_ids, bos_token="<S>", eos_token="</S>"):
+def char_ids_to_word(char_ids: Iterable[int], bos_token: str = "<S>", eos_token: str = "</S>") -> str:
     """The word behind a row of (shifted) character ids: the boundary tokens for the sentence markers, else the
     bytes decoded as UTF-8 (a word cut inside a character ends in U+FFFD)."""
     chars = [char_id - 1 for char_id in char_ids if char_id > 0]
@@ -64,7 +67,7 @@ def char_ids_to_word(char_ids, bos_token="<S>", eos_token="</S>"):
     return bytes(char for char in chars if char < 256).decode("utf-8", "replace")
 
 
-def distinct_rows(char_ids):
+def distinct_rows(char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     r"""
     `torch.unique(char_ids, dim=0, return_inverse=True)`, faster on a CPU.
 

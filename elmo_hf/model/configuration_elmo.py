@@ -92,6 +92,10 @@ class ElmoConfig(PreTrainedConfig):
         freeze_bilm (bool, defaults to True): keep the biLM's weights fixed while training a head.
         use_crf (bool, defaults to False): token classification with a linear-chain CRF and Viterbi decoding.
         classifier_dropout (float, defaults to 0.5): dropout before the task encoder and the classifier.
+        bilm_name_or_path (str or None, defaults to None): the biLM a task head was created on, recorded by
+            `from_pretrained` when it builds a new head over a biLM checkpoint: its Hub repo id (`org/name`), or for a
+            local folder the folder's name (e.g. `elmo-english-small`, never the full path). Kept through saving and
+            reloading the head; the model card names it (as `base_model` when it is a Hub id).
     """
 
     model_type = "elmo"
@@ -136,6 +140,7 @@ class ElmoConfig(PreTrainedConfig):
         freeze_bilm=True,
         use_crf=False,
         classifier_dropout=0.5,
+        bilm_name_or_path=None,
         **kwargs,
     ):
         self.char_embedding_dim = char_embedding_dim
@@ -176,6 +181,7 @@ class ElmoConfig(PreTrainedConfig):
         self.freeze_bilm = freeze_bilm
         self.use_crf = use_crf
         self.classifier_dropout = classifier_dropout
+        self.bilm_name_or_path = bilm_name_or_path
         self._check_fields()
         # Derived: every layer's output is [forward; backward].
         self.hidden_size = 2 * self.projection_dim

@@ -9,7 +9,9 @@ the model file.
 import torch
 
 
-def lstm_cell_step(gates, cell, cell_clip: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+def lstm_cell_step(
+    gates: torch.Tensor, cell: torch.Tensor, cell_clip: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     r"""
     One step of the LSTM cell:
 
@@ -31,6 +33,6 @@ def lstm_cell_step(gates, cell, cell_clip: float | None) -> tuple[torch.Tensor, 
     return new_cell, torch.sigmoid(output_gate) * torch.tanh(new_cell)
 
 
-def clip(values, bound: float | None):
+def clip(values: torch.Tensor, bound: float | None) -> torch.Tensor:
     """`values` clamped to `[-bound, bound]`; unchanged when `bound` is None."""
     return values if bound is None else values.clamp(-bound, bound)

@@ -85,7 +85,7 @@ class _Lease:
             self.pool.give_back(*self.tensors)
 
 
-def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0, zero_state=False):
+def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0, zero_state=False, steps=None):
     r"""
     `ElmoBiLstm.forward`'s values on packed steps, with each layer's recurrence as one autograd node.
 
@@ -97,12 +97,15 @@ def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0, 
             state (`ElmoBiLstm.initial_states`).
         dropout (float): dropout probability on every layer's input (the residual adds the dropped input).
         zero_state (bool): the initial states are all zeros, so the first step has no recurrent term.
+        steps (optional): the layout's tables; `PackedSteps` of the mask when None (`captured_training.PaddedSteps`
+            runs every row through every step, with static shapes).
 
     Returns:
         each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at padded positions, and
         the final cells `(layers, 2, batch, lstm_dim)` and hiddens `(layers, 2, batch, projection_dim)`.
     """
-    steps = PackedSteps(mask.sum(dim=1), mask.shape[1])
+    if steps is None:
+        steps = PackedSteps(mask.sum(dim=1), mask.shape[1])
     layer_input = steps.pack(inputs)  # (2, valid, projection_dim): both directions' words, step by step
     layer_outputs, final_cells, final_hiddens = [], [], []
     for index, layer in enumerate(encoder.layers):

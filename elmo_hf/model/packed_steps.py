@@ -32,7 +32,7 @@ class PackedSteps:
             the batch's own row order.
     """
 
-    def __init__(self, lengths, words):
+    def __init__(self, lengths: torch.Tensor, words: int) -> None:
         device = lengths.device
         batch = lengths.shape[0]
         self.order = torch.argsort(lengths, descending=True, stable=True)
@@ -57,12 +57,12 @@ class PackedSteps:
         self.last_index = last_sorted[self.restore]
         self.last_index = torch.where(lengths > 0, self.last_index, valid + torch.arange(batch, device=device))
 
-    def pack(self, sequence):
+    def pack(self, sequence: torch.Tensor) -> torch.Tensor:
         """A right-padded `(batch, words, *dims)` tensor -> each direction's packed steps `(2, valid, *dims)`."""
         flat = sequence.reshape(-1, *sequence.shape[2:])  # (batch * words, *dims)
         return flat[self.pack_index.flatten()].view(2, self.valid, *sequence.shape[2:])
 
-    def unpack(self, packed):
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
         """Each direction's packed steps `(2, valid, dim)` -> `(batch, words, 2 * dim)`, `[forward; backward]` in
         word order, 0 at padding."""
         _, _, dim = packed.shape
@@ -70,7 +70,7 @@ class PackedSteps:
         both = [with_zero_row[direction].index_select(0, self.unpack_index[direction]) for direction in range(2)]
         return torch.cat(both, dim=-1).view(-1, self.words, 2 * dim)
 
-    def final_states(self, packed_states, initial):
+    def final_states(self, packed_states: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
         """Each row's state after its last word: packed states `(2, valid, dim)` and the initial state `(2, batch,
         dim)` (the state of an empty row) -> `(2, batch, dim)` in the batch's row order."""
         return torch.cat([packed_states, initial], dim=1).index_select(1, self.last_index)

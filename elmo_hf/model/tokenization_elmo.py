@@ -1,14 +1,28 @@
 """ELMo's character-level tokenizer: words in, bilm-tf's exact character ids out."""
 
+from __future__ import annotations
+
 import functools
 import json
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tokenizers import Regex, pre_tokenizers
-from transformers.tokenization_utils_base import BatchEncoding, PreTrainedTokenizerBase
+from tokenizers import AddedToken, Regex, pre_tokenizers
+from transformers.tokenization_utils_base import (
+    BatchEncoding,
+    EncodedInput,
+    PreTokenizedInput,
+    PreTrainedTokenizerBase,
+    TextInput,
+    TruncationStrategy,
+)
 from transformers.utils import PaddingStrategy, TensorType, to_py_obj
+
+if TYPE_CHECKING:
+    import torch
 
 from .char_ids import CHARACTER_ID_NAMES, NUM_CHARACTER_IDS, char_ids_to_word, word_to_char_ids
 
@@ -23,7 +37,13 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 class ElmoBatchEncoding(BatchEncoding):
     """A `BatchEncoding` that remembers which word each position came from (`word_ids()`)."""
 
-    def __init__(self, data=None, word_ids=None, tensor_type=None, prepend_batch_axis=False):
+    def __init__(
+        self,
+        data: dict[str, Any] | None = None,
+        word_ids: Sequence[Sequence[int | None]] | None = None,
+        tensor_type: str | TensorType | None = None,
+        prepend_batch_axis: bool = False,
+    ) -> None:
         if data is not None and tensor_type == TensorType.PYTORCH and isinstance(data.get("input_ids"), list):
             # Nested lists of character ids reach torch through one NumPy array: torch.tensor on the lists walks
             # every id in Python, which made it most of the tokenizer's time (6x slower on batches of 32).
@@ -31,7 +51,7 @@ class ElmoBatchEncoding(BatchEncoding):
         super().__init__(data, tensor_type=tensor_type, prepend_batch_axis=prepend_batch_axis)
         self._word_ids = word_ids
 
-    def word_ids(self, batch_index=0):
+    def word_ids(self, batch_index: int = 0) -> list[int | None]:
         """Index of the input word at each position, None at sentence boundaries and padding."""
         if self._word_ids is None:
             raise ValueError("word_ids() is only available on the output of ElmoTokenizer.__call__")
@@ -88,17 +108,17 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
 
     def __init__(
         self,
-        max_characters_per_token=50,
-        bos_token="<S>",
-        eos_token="</S>",
-        pad_token="<pad>",
-        max_words=None,
-        char_lexicon_file=None,
-        word_lexicon_file=None,
-        char_markers=None,
-        word_markers=None,
-        **kwargs,
-    ):
+        max_characters_per_token: int = 50,
+        bos_token: str = "<S>",
+        eos_token: str = "</S>",
+        pad_token: str = "<pad>",
+        max_words: int | None = None,
+        char_lexicon_file: str | os.PathLike[str] | None = None,
+        word_lexicon_file: str | os.PathLike[str] | None = None,
+        char_markers: Mapping[str, str] | None = None,
+        word_markers: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if "vocab_file" in kwargs:
             raise ValueError(
                 "ElmoTokenizer has no word vocabulary (vocab_file): load the language model's vocab.txt with "
@@ -115,10 +135,12 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         self._pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(_WORD_PATTERN), behavior="isolated")]
         )
-        self.char_lexicon = self.word_lexicon = None
+        self.char_lexicon: dict[str, int] | None = None
+        self.word_lexicon: dict[str, int] | None = None
         if char_lexicon_file is not None:
             self._load_lexicons(char_lexicon_file, word_lexicon_file, char_markers, word_markers, bos_token, eos_token)
             # Only lexicon tokenizers carry these settings, so bilm-tf tokenizers save the same files as before.
+            assert char_markers is not None  # _load_lexicons checked it
             kwargs.update(char_markers=dict(char_markers), word_markers=word_markers)
         elif word_lexicon_file is not None:
             raise ValueError("word_lexicon_file needs a char_lexicon_file")
@@ -131,7 +153,15 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             **kwargs,
         )
 
-    def _load_lexicons(self, char_lexicon_file, word_lexicon_file, char_markers, word_markers, bos, eos):
+    def _load_lexicons(
+        self,
+        char_lexicon_file: str | os.PathLike[str],
+        word_lexicon_file: str | os.PathLike[str] | None,
+        char_markers: object,
+        word_markers: object,
+        bos: str,
+        eos: str,
+    ) -> None:
         """Reads and checks the lexicons; ValueErrors name the file and the entry."""
         self.char_lexicon = _read_lexicon(char_lexicon_file)
         needed = ("begin_of_word", "end_of_word", "padding", "unknown")
@@ -149,45 +179,45 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             self.word_unknown_id = self.word_lexicon[unknown]
         self._lexicon_char_names = {char_id: token for token, char_id in self.char_lexicon.items()}
         self._lexicon_files = {"char_lexicon_file": self.char_lexicon, "word_lexicon_file": self.word_lexicon}
-        self._lexicon_rows = {}
+        self._lexicon_rows: dict[str, tuple[int, ...]] = {}
 
     @property
-    def row_width(self):
+    def row_width(self) -> int:
         """Ids per word in `input_ids`: `max_characters_per_token`, plus the word id with a word lexicon."""
         return self.max_characters_per_token + (self.word_lexicon is not None)
 
     @property
-    def is_fast(self):
+    def is_fast(self) -> bool:
         """ElmoTokenizer is pure Python (transformers' "slow" tokenizer kind); pipelines check this."""
         return False
 
     @property
-    def pad_token_id(self):
+    def pad_token_id(self) -> int:
         """A padding word is a row of zeros: its character id is 0."""
         return 0
 
     @property
-    def bos_token_id(self):
+    def bos_token_id(self) -> None:
         """None: `<S>` is a row of character ids, not one id (transformers' Trainer would otherwise copy that row into
         the model config as a token id)."""
         return None
 
     @property
-    def eos_token_id(self):
+    def eos_token_id(self) -> None:
         """None, as `bos_token_id`: `</S>` is a row of character ids."""
         return None
 
     # ---- vocabulary: the character ids; a "token" is a word, its "id" a row of character ids ----
     @property
-    def vocab_size(self):
+    def vocab_size(self) -> int:
         """Number of distinct character ids in `input_ids` (0 = no character, the 256 bytes, 5 markers; or 0 and the
         character lexicon's ids)."""
         return NUM_CHARACTER_IDS if self.char_lexicon is None else len(self.char_lexicon) + 1
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.vocab_size
 
-    def get_vocab(self):
+    def get_vocab(self) -> dict[str, int]:
         """The character ids by name (`<0x41>` for the byte of "A", `<bow_char>` for the begin-of-word marker; the
         character lexicon's entries)."""
         if self.char_lexicon is not None:
@@ -195,14 +225,14 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return {name: char_id for char_id, name in enumerate(CHARACTER_ID_NAMES)}
 
     @property
-    def added_tokens_decoder(self):
+    def added_tokens_decoder(self) -> dict[int, AddedToken]:
         return {}
 
     @property
-    def added_tokens_encoder(self):
+    def added_tokens_encoder(self) -> dict[str, int]:
         return {}
 
-    def save_vocabulary(self, save_directory, filename_prefix=None):
+    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         """The lexicons, if any (`char_lexicon.json`, `word_lexicon.json`); bilm-tf's character ids are fixed, and
         the settings go to `tokenizer_config.json`."""
         if self.char_lexicon is None:
@@ -217,33 +247,40 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                 written.append(path)
         return tuple(written)
 
-    def tokenize(self, text, **kwargs):
+    def tokenize(self, text: str, **kwargs: Any) -> list[str]:  # type: ignore[override]  # no pair: one sentence
         """Split raw text into words, as `__call__` does for strings."""
         return self._pre_tokenize(text)[0]
 
-    def convert_tokens_to_ids(self, tokens):
+    # A word's id is a row of character ids (the base class returns one int per token).
+    def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> list[int] | list[list[int]]:  # type: ignore[override]
         """Character ids of one word (a list of ints) or of a list of words (a list of lists)."""
         if isinstance(tokens, str):
             return list(self._word_to_char_ids(tokens))
         return [list(self._word_to_char_ids(token)) for token in tokens]
 
-    def convert_ids_to_tokens(self, ids, skip_special_tokens=False):
+    def convert_ids_to_tokens(  # type: ignore[override]  # a word's id is a row of character ids
+        self,
+        ids: Sequence[int] | Sequence[Sequence[int]] | np.ndarray | torch.Tensor,
+        skip_special_tokens: bool = False,
+    ) -> str | list[str]:
         """The word(s) behind one row of character ids, or behind a list of rows."""
-        ids = to_py_obj(ids)
-        if ids and isinstance(ids[0], int):
-            return self._char_ids_to_word(ids)
-        words = [self._char_ids_to_word(row) for row in ids if any(row)]
+        rows = to_py_obj(ids)  # nested lists
+        if rows and isinstance(rows[0], int):
+            return self._char_ids_to_word(rows)
+        words = [self._char_ids_to_word(row) for row in rows if any(row)]
         if skip_special_tokens:
             words = [word for word in words if word not in (self.bos_token, self.eos_token)]
         return words
 
-    def convert_tokens_to_string(self, tokens):
+    def convert_tokens_to_string(self, tokens: Iterable[str]) -> str:
         return " ".join(tokens)
 
-    def _decode(self, token_ids, skip_special_tokens=False, **kwargs):
+    def _decode(  # type: ignore[override]  # a word's id is a row of character ids
+        self, token_ids: Sequence[int] | Sequence[Sequence[int]], skip_special_tokens: bool = False, **kwargs: Any
+    ) -> str:
         return self.convert_tokens_to_string(self.convert_ids_to_tokens(token_ids, skip_special_tokens))
 
-    def _word_to_char_ids(self, word):
+    def _word_to_char_ids(self, word: str) -> tuple[int, ...]:
         if self.char_lexicon is None:
             return word_to_char_ids(word, self.max_characters_per_token, self.bos_token, self.eos_token)
         row = self._lexicon_rows.get(word)
@@ -251,10 +288,11 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             row = self._lexicon_rows[word] = self._lexicon_word_to_ids(word)
         return row
 
-    def _lexicon_word_to_ids(self, word):
+    def _lexicon_word_to_ids(self, word: str) -> tuple[int, ...]:
         """ELMoForManyLangs' row for `word`: its code points cut to `max_characters_per_token - 2`, each looked up in
         the character lexicon (unknown ones as the unknown marker), between the word markers, padded with the
         padding marker; a sentence boundary is its own lexicon entry. With a word lexicon, the (cut) word's id."""
+        assert self.char_lexicon is not None  # a lexicon tokenizer's method
         limit, markers = self.max_characters_per_token, self._char_marker_ids
         word = word[: limit - 2]
         if word in (self.bos_token, self.eos_token):
@@ -267,7 +305,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             row.append(self.word_lexicon.get(word, self.word_unknown_id))
         return tuple(row)
 
-    def _char_ids_to_word(self, row):
+    def _char_ids_to_word(self, row: Sequence[int]) -> str:
         if self.char_lexicon is None:
             return char_ids_to_word(row, self.bos_token, self.eos_token)
         row = row[: self.max_characters_per_token]
@@ -275,33 +313,38 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return "".join(self._lexicon_char_names.get(char_id, "") for char_id in row if char_id not in markers)
 
     # ---- encoding ----
-    def __call__(self, text=None, *args, **kwargs):
+    def __call__(
+        self,
+        text: TextInput | PreTokenizedInput | list[TextInput] | list[PreTokenizedInput] | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> BatchEncoding:
         if text is None and kwargs.get("text_target") is None:
             raise TypeError("text must be a string, a list of strings or a list of word lists, got None")
         return super().__call__(text, *args, **kwargs)
 
-    def _encode_plus(
+    def _encode_plus(  # type: ignore[override]  # split_special_tokens, if given, is in kwargs (no special words)
         self,
-        text,
-        text_pair=None,
-        add_special_tokens=True,
-        padding_strategy=PaddingStrategy.DO_NOT_PAD,
-        truncation_strategy=None,
-        max_length=None,
-        stride=0,
-        is_split_into_words=False,
-        pad_to_multiple_of=None,
-        padding_side=None,
-        return_tensors=None,
-        return_token_type_ids=None,
-        return_attention_mask=None,
-        return_overflowing_tokens=False,
-        return_special_tokens_mask=False,
-        return_offsets_mapping=False,
-        return_length=False,
-        verbose=True,
-        **kwargs,
-    ):
+        text: TextInput | PreTokenizedInput | list[TextInput] | list[PreTokenizedInput],
+        text_pair: None = None,
+        add_special_tokens: bool = True,
+        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
+        truncation_strategy: TruncationStrategy | None = None,
+        max_length: int | None = None,
+        stride: int = 0,
+        is_split_into_words: bool = False,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_tensors: str | TensorType | None = None,
+        return_token_type_ids: bool | None = None,
+        return_attention_mask: bool | None = None,
+        return_overflowing_tokens: bool = False,
+        return_special_tokens_mask: bool = False,
+        return_offsets_mapping: bool = False,
+        return_length: bool = False,
+        verbose: bool = True,
+        **kwargs: Any,
+    ) -> BatchEncoding:
         if text_pair is not None:
             raise ValueError("ElmoTokenizer encodes single sentences; text_pair is not supported")
         if return_overflowing_tokens:
@@ -316,9 +359,14 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         limit = None if self.max_words is None or (keep is not None and keep <= self.max_words) else self.max_words
         sentences, is_batched = self._split_batch(text, is_split_into_words, limit)
 
-        encoded = {"input_ids": [], "attention_mask": [], "offset_mapping": [], "special_tokens_mask": []}
+        encoded: dict[str, Any] = {
+            "input_ids": [],
+            "attention_mask": [],
+            "offset_mapping": [],
+            "special_tokens_mask": [],
+        }
         all_word_ids = []
-        char_ids = self._word_to_char_ids
+        char_ids: Callable[[str], tuple[int, ...] | np.ndarray] = self._word_to_char_ids
         if self.char_lexicon is None:
             # Each word's row as a cached int64 array, which NumPy stacks about ten times faster than nested lists;
             # the settings read once per call, as the special tokens are attributes that transformers' __getattr__
@@ -326,11 +374,12 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             settings = (self.max_characters_per_token, self.bos_token, self.eos_token)
             char_ids = functools.partial(_char_id_array, settings=settings)
         for words, offsets in sentences:
-            word_ids = list(range(len(words)))
+            word_ids: list[int | None] = list(range(len(words)))
             special = [0] * len(words)
             if keep is not None and len(words) > keep:
                 start = 0 if self.truncation_side == "right" else len(words) - keep
-                words, offsets, word_ids = (x[start : start + keep] for x in (words, offsets, word_ids))
+                end = start + keep
+                words, offsets, word_ids = words[start:end], offsets[start:end], word_ids[start:end]
             if add_special_tokens:
                 words = [self.bos_token, *words, self.eos_token]
                 offsets = [(0, 0), *offsets, (0, 0)]
@@ -369,7 +418,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             encoded, word_ids=all_word_ids, tensor_type=return_tensors, prepend_batch_axis=not is_batched
         )
 
-    def _split_batch(self, text, is_split_into_words, max_words=None):
+    def _split_batch(
+        self, text: object, is_split_into_words: bool, max_words: int | None = None
+    ) -> tuple[list[tuple[list[str], list[tuple[int, int]]]], bool]:
         """[(words, offsets)] for each sentence, and whether the input was a batch. A sentence of more than
         `max_words` words is rejected here, before its offsets or ids are built."""
         if is_split_into_words:
@@ -414,7 +465,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             split.append((words, offsets))
         return split, is_batched
 
-    def _pre_tokenize(self, sentence):
+    def _pre_tokenize(self, sentence: str) -> tuple[list[str], list[tuple[int, int]]]:
         """Words of a raw sentence and their (start, end) character offsets in it, lone surrogates dropped."""
         if not _SURROGATES.search(sentence):
             pieces = self._pre_tokenizer.pre_tokenize_str(sentence)
@@ -427,15 +478,19 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     # ---- padding ----
     def pad(
         self,
-        encoded_inputs,
-        padding=True,
-        max_length=None,
-        pad_to_multiple_of=None,
-        padding_side=None,
-        return_attention_mask=None,
-        return_tensors=None,
-        verbose=True,
-    ):
+        encoded_inputs: BatchEncoding
+        | list[BatchEncoding]
+        | dict[str, EncodedInput]
+        | dict[str, list[EncodedInput]]
+        | list[dict[str, EncodedInput]],
+        padding: bool | str | PaddingStrategy = True,
+        max_length: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+        return_tensors: str | TensorType | None = None,
+        verbose: bool = True,
+    ) -> BatchEncoding:
         """Pad one encoded sentence or a batch (a dict of lists, or a list of dicts as data collators give) to
         the same number of words. `input_ids` pads with all-zero words; see `word_level_padding_values`."""
         if isinstance(encoded_inputs, (list, tuple)) and encoded_inputs and isinstance(encoded_inputs[0], Mapping):
@@ -467,7 +522,14 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             encoded = {key: value[0] for key, value in encoded.items()}
         return ElmoBatchEncoding(encoded, tensor_type=return_tensors, prepend_batch_axis=False)
 
-    def _pad_batch(self, encoded, padding_strategy, max_length, pad_to_multiple_of, padding_side):
+    def _pad_batch(
+        self,
+        encoded: dict[str, Any],
+        padding_strategy: PaddingStrategy,
+        max_length: int | None,
+        pad_to_multiple_of: int | None,
+        padding_side: str | None,
+    ) -> None:
         """Pads, in place, every per-word field of a batch (a dict of lists, one entry per sentence) to one number of
         words: the longest sentence, or `max_length` for "max_length", rounded up to `pad_to_multiple_of`. The only
         place where ElmoTokenizer pads."""
@@ -480,7 +542,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if pad_to_multiple_of:
             target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
         side = padding_side or self.padding_side
-        padding_row = [0] * self.row_width
+        padding_row: list[int] | np.ndarray = [0] * self.row_width
         if isinstance(encoded["input_ids"][0][0], np.ndarray):  # `_encode_plus`'s rows: padded with an array too
             padding_row = np.zeros(self.row_width, dtype=np.int64)
         padding_values = {**self.word_level_padding_values, "input_ids": padding_row, "word_ids": None}
@@ -494,7 +556,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                 ]
 
 
-def _read_lexicon(path):
+def _read_lexicon(path: str | os.PathLike[str]) -> dict[str, int]:
     """{token: id} of a lexicon file (a JSON object, ids 1..N, each once); ValueError naming the file otherwise."""
     try:
         with open(path, encoding="utf-8") as file:
@@ -512,7 +574,7 @@ def _read_lexicon(path):
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _char_id_array(word, settings):
+def _char_id_array(word: str, settings: tuple[int, str, str]) -> np.ndarray:
     """bilm-tf's character ids of `word` (`word_to_char_ids` with `settings` = (max_characters_per_token, bos_token,
     eos_token)) as a read-only int64 array, kept for the 16,384 words used last (about 8 MB)."""
     row = np.array(word_to_char_ids(word, *settings), dtype=np.int64)
@@ -520,7 +582,7 @@ def _char_id_array(word, settings):
     return row
 
 
-def _check_word_count(index, count, max_words):
+def _check_word_count(index: int, count: int, max_words: int | None) -> None:
     if max_words is not None and count > max_words:
         raise ValueError(
             f"sentence {index} has {count} words, more than max_words={max_words}: "
@@ -528,7 +590,7 @@ def _check_word_count(index, count, max_words):
         )
 
 
-def _as_lists(value):
+def _as_lists(value: Any) -> Any:
     """A field as Python lists: tensors and arrays (or lists of them, one per sentence) are converted; nested Python
     lists pass as they are, without a walk over every character id."""
     if isinstance(value, (list, tuple)):
@@ -536,7 +598,7 @@ def _as_lists(value):
     return to_py_obj(value)
 
 
-def _as_int64_array(values):
+def _as_int64_array(values: list[Any]) -> np.ndarray | list[Any]:
     """`values` (nested lists of ints) as an int64 array, or unchanged when they are ragged (unpadded sentences),
     which transformers then reports as it does for any tokenizer."""
     try:
@@ -545,7 +607,7 @@ def _as_int64_array(values):
         return values
 
 
-def _pad_list(values, missing, padding_value, side):
+def _pad_list(values: list[Any], missing: int, padding_value: Any, side: str) -> list[Any]:
     if missing <= 0:
         return values
     padding = [padding_value] * missing

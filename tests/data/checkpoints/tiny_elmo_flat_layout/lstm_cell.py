@@ -9,9 +9,7 @@ the model file.
 import torch
 
 
-def lstm_cell_step(
-    gates: torch.Tensor, cell: torch.Tensor, cell_clip: float | None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def lstm_cell_step(gates, cell, cell_clip: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     r"""
     One step of the LSTM cell:
 
@@ -33,6 +31,6 @@ def lstm_cell_step(
     return new_cell, torch.sigmoid(output_gate) * torch.tanh(new_cell)
 
 
-def clip(values: torch.Tensor, bound: float | None) -> torch.Tensor:
+def clip(values, bound: float | None):
     """`values` clamped to `[-bound, bound]`; unchanged when `bound` is None."""
     return values if bound is None else values.clamp(-bound, bound)

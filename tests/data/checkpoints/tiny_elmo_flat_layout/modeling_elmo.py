@@ -16,8 +16,6 @@ forget bias): every TensorFlow quirk is undone once, by the converter's key tabl
 import functools
 import importlib
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 
 import torch
@@ -790,12 +788,6 @@ class ElmoPreTrainedModel(PreTrainedModel):
     # A language-model checkpoint (ElmoForPreTraining, e.g. elmo_hf.DEFAULT_MODEL) loads into the biLM and the
     # task heads without its softmax, silently.
     _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
-    # transformers' tags for the cards of this model (every card also has "elmo"); `add_model_tags` adds more.
-    model_tags = ["elmo", "elmo-hf"]
-
-    def __init__(self, config, *inputs, **kwargs):
-        super().__init__(config, *inputs, **kwargs)
-        self.model_tags = list(type(self).model_tags)  # per model: `add_model_tags` appends in place
 
     def _init_weights(self, module):
         # transformers calls this for modules with parameters of their own, children before parents.
@@ -872,112 +864,21 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 "expected model.safetensors as written by save_pretrained"
             ) from error
         model._check_weights_match_config(pretrained_model_name_or_path, loading_info, allow_mismatched_heads)
-        if model._head_over_a_bilm and any(name.startswith("classifier.") for name in loading_info["missing_keys"]):
-            model._record_bilm(pretrained_model_name_or_path)
         # Loading replaces parameters by new, trainable ones: freeze again what a head keeps fixed.
         model._apply_frozen_parameters()
         return (model, loading_info) if return_loading_info else model
 
-    def push_to_hub(
-        self,
-        repo_id,
-        *,
-        commit_message=None,
-        commit_description=None,
-        private=None,
-        token=None,
-        revision=None,
-        create_pr=False,
-        max_shard_size="50GB",
-        tags=None,
-        card=None,
-    ):
-        """transformers' `push_to_hub`, publishing elmo-hf's model card (`elmo_hf.model_card`: the pipeline tag of
-        this class, usage code, the biLM a head came from, architecture, citation) in the same commit as the weights,
-        so that `revision` and `create_pr` hold for the card too (with `create_pr=True` main is untouched). A repo
-        that already has an elmo-hf card keeps it (tags merged) unless `card` is given: the keyword arguments of
-        `render_model_card` (e.g. `evaluation` from `model_card.evaluation_results`, `baseline`, `datasets`).
-        Copies of this file loaded with `trust_remote_code` (no elmo-hf package) push with transformers' card."""
-        hub_options = dict(
-            commit_message=commit_message,
-            commit_description=commit_description,
-            private=private,
-            token=token,
-            revision=revision,
-            create_pr=create_pr,
-            tags=tags,
-        )
-        if not self._has_elmo_hf_card:
-            return super().push_to_hub(repo_id, max_shard_size=max_shard_size, **hub_options)
-        with tempfile.TemporaryDirectory() as folder:
-            self.save_pretrained(folder, max_shard_size=max_shard_size)
-            return self._publish_with_card(folder, repo_id, {}, card=card, **hub_options)
-
-    def save_pretrained(self, save_directory, *args, push_to_hub=False, **kwargs):
-        """transformers' `save_pretrained`; with `push_to_hub=True` the upload carries elmo-hf's model card, as
-        `push_to_hub` does (keyword arguments `repo_id`, `commit_message`, `commit_description`, `private`, `token`,
-        `revision`, `create_pr`, `tags`, `card`), instead of transformers' generic one."""
-        if not push_to_hub or not self._has_elmo_hf_card:
-            return super().save_pretrained(save_directory, *args, push_to_hub=push_to_hub, **kwargs)
-        names = ("commit_message", "commit_description", "private", "token", "revision", "create_pr", "tags", "card")
-        hub_options = {name: kwargs.pop(name) for name in names if name in kwargs}
-        repo_id = kwargs.pop("repo_id", None) or os.path.basename(os.path.normpath(os.fspath(save_directory)))
-        os.makedirs(save_directory, exist_ok=True)
-        timestamps = self._get_files_timestamps(save_directory)
-        super().save_pretrained(save_directory, *args, **kwargs)
-        return self._publish_with_card(save_directory, repo_id, timestamps, **hub_options)
-
-    @property
-    def _has_elmo_hf_card(self):
-        # Imported by name below: transformers refuses remote code whose import statements name missing packages.
-        return type(self).__module__.startswith("elmo_hf.")
-
-    def _publish_with_card(
-        self,
-        folder,
-        repo_id,
-        timestamps,
-        *,
-        commit_message=None,
-        commit_description=None,
-        private=None,
-        token=None,
-        revision=None,
-        create_pr=False,
-        tags=None,
-        card=None,
-    ):
-        """Create `repo_id` when needed, write elmo-hf's README.md into `folder` and commit the files of `folder`
-        changed since `timestamps` (all when empty) in one commit."""
-        from huggingface_hub import HfApi
-
-        model_card = importlib.import_module("elmo_hf.model_card")
-        repo_id = HfApi(token=token).create_repo(repo_id, private=private, exist_ok=True).repo_id
-        all_tags = list(self.model_tags or [])
-        for tag in [tags] if isinstance(tags, str) else tags or []:
-            if tag not in all_tags:
-                all_tags.append(tag)
-        content = model_card.card_for_push(
-            self, repo_id, token=token, revision=revision, tags=all_tags, folder=folder, **(card or {})
-        )
-        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as card_file:
-            card_file.write(content)
-        return self._upload_modified_files(
-            folder,
-            repo_id,
-            timestamps,
-            commit_message=commit_message,
-            token=token,
-            create_pr=create_pr,
-            revision=revision,
-            commit_description=commit_description,
-        )
-
-    def _record_bilm(self, name_or_path):
-        """Record in the config the biLM this new head was built on: a Hub repo id as given, a local folder by its
-        name only (its path means nothing on another machine), for the model card's `base_model`."""
-        source = os.fspath(name_or_path)
-        self.config.bilm_name_or_path = os.path.basename(os.path.normpath(source)) if os.path.isdir(source) else source
+    def push_to_hub(self, repo_id, *args, **kwargs):
+        """transformers' `push_to_hub`; a repo without a model card first gets elmo-hf's generated card
+        (architecture, parameter count, usage code, citation) instead of a generic one. Copies of this file loaded
+        with `trust_remote_code` (no elmo-hf package) push with transformers' card."""
+        if type(self).__module__.startswith("elmo_hf."):
+            # Imported by name: transformers refuses remote code whose import statements name missing packages.
+            model_card = importlib.import_module("elmo_hf.model_card")
+            repo_id = model_card.upload_model_card_if_missing(
+                self, repo_id, token=kwargs.get("token"), private=kwargs.get("private"), revision=kwargs.get("revision")
+            )
+        return super().push_to_hub(repo_id, *args, **kwargs)
 
     # Whether `config.freeze_bilm` applies: a task head's setting. The language model trains its own biLM.
     _head_over_a_bilm = False
