@@ -24,15 +24,15 @@ Configurations: `shipped` is elmo_hf.DEFAULT_MODEL's (char CNN 525 filters, LSTM
 1,024 negatives); `larger` doubles the LSTM and projection (1024 / 256); `medium` has the published medium model's
 LSTM (2048 / 256).
 
-`--modes eager captured` times both the eager step and
-`elmo_hf.training.captured_training.PreTrainingStep` (each bucketed batch shape captured once as a CUDA graph
-before the timing, then replayed; on the CPU the same padded step runs eagerly) on the same batches from the same
-seed, and prints each one's speed against the first; with `--dropout 0` their loss curves agree to float32 rounding. On a GPU every worker also profiles three steps: kernels run and host
-launch calls per step (a graph replay is one), device time against wall time. `--tf32` runs the float32 products in
-TF32 (and measures the roof so). Each line ends with the hours 10 epochs of the 1B Word Benchmark (768,648,884
-tokens per epoch, boundaries included) would take at that rate. Configuration `original` is the published original
-shape (LSTM 4096 / 512, seven filter banks of 2,048 filters over 50 characters, two highways, 8,192 negatives over the
-benchmark's 793,471 words; the PTB text supplies the first 10,002).
+`--modes eager captured` times both the eager step and `elmo_hf.training.captured_training.PreTrainingStep` (each
+bucketed batch shape captured once as a CUDA graph before the timing, then replayed; on the CPU the same padded step
+runs eagerly) on the same batches from the same seed, and prints each one's speed against the first; with `--dropout 0`
+their loss curves agree to float32 rounding. On a GPU every worker also profiles three steps: kernels run and host
+launch calls per step (a graph replay is one), device time against wall time. `--tf32` runs the float32 products in TF32
+(and measures the roof so). Each line ends with the hours 10 epochs of the 1B Word Benchmark (768,648,884 tokens per
+epoch, boundaries included) would take at that rate. Configuration `original` is the published original shape (LSTM 4096
+/ 512, seven filter banks of 2,048 filters over 50 characters, two highways, 8,192 negatives over the benchmark's
+793,471 words; the PTB text supplies the first 10,002).
 
 `--device cuda` trains on a GPU (the roof is then the GPU's GEMM rate on the same shapes), and `--profile` prints,
 instead of timings, where three steps' time goes: wall time against the time the device's kernels ran, kernel

@@ -85,7 +85,9 @@ class _Lease:
             self.pool.give_back(*self.tensors)
 
 
-def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0, zero_state=False, steps=None):
+def bilstm_training_forward(
+    encoder, inputs, mask, cells, hiddens, dropout=0.0, zero_state=False, steps=None, checkpoint=None
+):
     r"""
     `ElmoBiLstm.forward`'s values on packed steps, with each layer's recurrence as one autograd node.
 
@@ -99,6 +101,9 @@ def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0, 
         zero_state (bool): the initial states are all zeros, so the first step has no recurrent term.
         steps (optional): the layout's tables; `PackedSteps` of the mask when None (`captured_training.PaddedSteps`
             runs every row through every step, with static shapes).
+        checkpoint (callable, optional): gradient checkpointing's `checkpoint(function, *args)` (transformers'
+            `_gradient_checkpointing_func`): each layer's recurrence then keeps only its input and initial state for
+            the backward and runs again there, on buffers of its own (the pool's outlive a graph's saved tensors).
 
     Returns:
         each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at padded positions, and
@@ -112,7 +117,7 @@ def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0, 
         if dropout:
             layer_input = F.dropout(layer_input, dropout, training=True)
         initial_cell, initial_hidden = cells[index], hiddens[index]  # (2, batch, dim), the batch's row order
-        output, cell_states = _PackedLstmRecurrence.apply(
+        arguments = (
             layer_input,
             layer.input_weight,
             layer.bias,
@@ -125,6 +130,10 @@ def bilstm_training_forward(encoder, inputs, mask, cells, hiddens, dropout=0.0, 
             layer.proj_clip,
             zero_state,
         )
+        if checkpoint is None:
+            output, cell_states = _PackedLstmRecurrence.apply(*arguments, True)
+        else:
+            output, cell_states = checkpoint(_PackedLstmRecurrence.apply, *arguments, False)
         final_cells.append(steps.final_states(cell_states, initial_cell))
         final_hiddens.append(steps.final_states(output, initial_hidden))
         if encoder.use_skip_connections and index > 0:
@@ -142,14 +151,16 @@ class _PackedLstmRecurrence(torch.autograd.Function):
     Inputs: the layer's input `(2, valid, input_dim)` (packed), the weights `W` `(2, input_dim, 4 * lstm_dim)`, `b`
     `(2, 4 * lstm_dim)`, `U` `(2, projection_dim, 4 * lstm_dim)` and `P` `(2, lstm_dim, projection_dim)`, the initial
     cell `(2, batch, lstm_dim)` and hidden `(2, batch, projection_dim)` in `steps.order`, the `PackedSteps`, the
-    clips, and whether the initial state is all zeros.
+    clips, whether the initial state is all zeros, and whether the forward's saved tensors may live in the pool.
 
     Outputs: the hidden state after each packed position `(2, valid, projection_dim)` (the layer's output, clipped)
     and the cell state `(2, valid, lstm_dim)` (clipped).
 
     The gate inputs `x W + b` and their gradients (the largest tensors of a layer, `(2, valid, 4 * lstm_dim)`) live in
     the pool's warm buffers: computed by autograd's `baddbmm`, each was a fresh allocation written in full twice (the
-    broadcast bias, then the product), and its gradient another.
+    broadcast bias, then the product), and its gradient another. Under gradient checkpointing (`pooled` False) the
+    forward allocates its own: the pool's buffers go back only when the node is freed, which would keep what the
+    checkpoint drops, and a recomputed forward's would return to the pool while its backward still reads them.
     """
 
     @staticmethod
@@ -166,8 +177,10 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         cell_clip,
         proj_clip,
         zero_state,
+        pooled,
     ):
         _, valid, _ = layer_input.shape
+        take = _POOL.take if pooled else lambda shape, like: like.new_empty(shape)
         four_lstm_dim = input_weight.shape[-1]
         lstm_dim = four_lstm_dim // 4
         # Each step is `modeling_elmo.lstm_cell_step` (the one definition of the cell), fused in place: written as a
@@ -190,12 +203,12 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         for weight in (doubled_input_weight, doubled_bias, doubled_recurrent_weight):
             weight[..., candidate] *= 2
         # The input's share of every step's gates, x W (the bias joins each step's slice while it is in cache).
-        activations = torch.bmm(layer_input, doubled_input_weight, out=_POOL.take((2, valid, four_lstm_dim), bias))
+        activations = torch.bmm(layer_input, doubled_input_weight, out=take((2, valid, four_lstm_dim), bias))
         cells = initial_cell.new_empty(2, valid, lstm_dim)
-        unclipped_cells = cells if cell_clip is None else _POOL.take((2, valid, lstm_dim), cells)
-        cell_tanhs = _POOL.take(cells.shape, cells)  # tanh(clipped cell), for the backward
+        unclipped_cells = cells if cell_clip is None else take((2, valid, lstm_dim), cells)
+        cell_tanhs = take(cells.shape, cells)  # tanh(clipped cell), for the backward
         outputs = initial_hidden.new_empty(2, valid, initial_hidden.shape[-1])
-        projected = outputs if proj_clip is None else _POOL.take(outputs.shape, outputs)
+        projected = outputs if proj_clip is None else take(outputs.shape, outputs)
         cell, hidden, start = initial_cell, initial_hidden, 0
         memory_buffer = cells.new_empty(2, initial_cell.shape[1], lstm_dim)  # reused by every step
         for active in steps.batch_sizes:
@@ -219,12 +232,14 @@ class _PackedLstmRecurrence(torch.autograd.Function):
             # The next step's rows are a prefix of these: it reads its state from here.
             cell, hidden, start = new_cell, new_hidden, start + active
         ctx.steps, ctx.clips = steps, (cell_clip, proj_clip)
-        ctx.lease = _Lease(
-            activations,
-            cell_tanhs,
-            None if cell_clip is None else unclipped_cells,
-            None if proj_clip is None else projected,
-        )
+        ctx.lease = None
+        if pooled:
+            ctx.lease = _Lease(
+                activations,
+                cell_tanhs,
+                None if cell_clip is None else unclipped_cells,
+                None if proj_clip is None else projected,
+            )
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(
             layer_input,
@@ -352,6 +367,7 @@ class _PackedLstmRecurrence(torch.autograd.Function):
             projection_weight_grad,
             cell_carry if ctx.needs_input_grad[5] else None,
             hidden_carry if ctx.needs_input_grad[6] else None,
+            None,
             None,
             None,
             None,

@@ -84,14 +84,26 @@ class ElmoCharacterEncoder(nn.Module):
             else None
         )
 
+    # Set by `ElmoPreTrainedModel.gradient_checkpointing_enable` (transformers' `_set_gradient_checkpointing`).
+    gradient_checkpointing = False
+
     def forward(self, char_ids):
-        """char_ids: (..., max_characters_per_token) [+ 1 word id with a word embedding] -> (..., projection_dim)."""
+        """char_ids: (..., max_characters_per_token) [+ 1 word id with a word embedding] -> (..., projection_dim).
+        With gradient checkpointing on, in training, the convolutions, highways and projection keep only their input
+        `(words, chars, char_dim)` for the backward and run again there."""
         word_ids = None
         if self.word_embedding is not None:
             char_ids, word_ids = char_ids[..., :-1], char_ids[..., -1].reshape(-1)  # (..., chars), (words,)
-        chars = self.embed(char_ids)  # (..., chars, char_dim)
-        token = self.convolve(chars.flatten(0, -3))  # (words, num_filters)
-        return self.highway_and_project(token, word_ids).view(*char_ids.shape[:-1], -1)  # (..., projection_dim)
+        chars = self.embed(char_ids).flatten(0, -3)  # (words, chars, char_dim)
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            token = self._gradient_checkpointing_func(self._encode_embedded, chars, word_ids)
+        else:
+            token = self._encode_embedded(chars, word_ids)
+        return token.view(*char_ids.shape[:-1], -1)  # (..., projection_dim)
+
+    def _encode_embedded(self, chars, word_ids):
+        """chars (words, chars, char_dim), word_ids (words,) or None -> (words, projection_dim)."""
+        return self.highway_and_project(self.convolve(chars), word_ids)
 
     def embed(self, char_ids):
         """char_ids (..., chars) -> (..., chars, char_dim); id 0 (padding) is the zero vector."""
@@ -206,6 +218,9 @@ class ElmoBiLstm(nn.Module):
         # A run-time choice, not part of the checkpoint: `ElmoModel.quantize_weights`.
         self.weight_quantization = None
 
+    # Set by `ElmoPreTrainedModel.gradient_checkpointing_enable` (transformers' `_set_gradient_checkpointing`).
+    gradient_checkpointing = False
+
     def forward(self, inputs, mask, lstm_states=None, dropout=0.0, implementation="reference"):
         r"""
         Args:
@@ -222,6 +237,9 @@ class ElmoBiLstm(nn.Module):
                 (`cuda_kernels.py`, the step of the CUDA graphs' "fused" path). The ONNX export compiles
                 `ElmoBiLstmLayer` with `torch.jit.script`: its forward must stay scriptable.
 
+        With gradient checkpointing on, in training, each layer keeps only its input and initial state for the
+        backward and runs again there (on either path; the dropout is drawn outside, once).
+
         Returns:
             a list with each layer's output `(batch, words, 2 * projection_dim)`, `[forward; backward]`, 0 at
             padded positions, and the final `(cell, hidden)` state in the shapes above with `max(batch, rows)` rows.
@@ -230,9 +248,14 @@ class ElmoBiLstm(nn.Module):
         cells, hiddens, carried = self.initial_states(lstm_states, batch, inputs)  # (layers, 2, batch, dim)
         if implementation not in ("reference", "packed", "fused"):
             raise ValueError(f"ElmoBiLstm runs 'reference', 'packed' or 'fused', got {implementation!r}")
+        checkpoint = (
+            self._gradient_checkpointing_func
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+            else None
+        )
         if implementation == "packed":
             layer_outputs, final_cells, final_hiddens = bilstm_training_forward(
-                self, inputs, mask, cells, hiddens, dropout, zero_state=lstm_states is None
+                self, inputs, mask, cells, hiddens, dropout, zero_state=lstm_states is None, checkpoint=checkpoint
             )
             return layer_outputs, self.final_states(final_cells, final_hiddens, carried)
         reverse_index = reverse_words_index(mask.sum(dim=1), words)  # (batch, words)
@@ -245,7 +268,11 @@ class ElmoBiLstm(nn.Module):
                 layer_input = F.dropout(layer_input, dropout, training=True)
             # output: (2, batch, words, projection_dim); "fused": the same step, its elementwise work fused
             run_layer = functools.partial(fused_layer_forward, layer) if implementation == "fused" else layer
-            output, (cell, hidden) = run_layer(layer_input, mask, cells[index], hiddens[index])
+            if checkpoint is None:
+                output, (cell, hidden) = run_layer(layer_input, mask, cells[index], hiddens[index])
+            else:
+                run_flat = functools.partial(_flat_layer_forward, run_layer)
+                output, cell, hidden = checkpoint(run_flat, layer_input, mask, cells[index], hiddens[index])
             if self.use_skip_connections and index > 0:
                 output = output + layer_input
             # The backward outputs read back in word order: (batch, words, 2 * projection_dim).
@@ -306,6 +333,12 @@ class ElmoBiLstm(nn.Module):
                 f"dim), got {tuple(cells.shape)} and {tuple(hiddens.shape)}"
             )
         return cells.to(like), hiddens.to(like)
+
+
+def _flat_layer_forward(run_layer, *inputs):
+    """`run_layer(*inputs)`'s `output, (cell, hidden)` as one flat tuple, as a checkpointed function returns them."""
+    output, (cell, hidden) = run_layer(*inputs)
+    return output, cell, hidden
 
 
 class ElmoScalarMix(nn.Module):
@@ -787,6 +820,13 @@ class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
+    # `gradient_checkpointing_enable()` (and the Trainer's `gradient_checkpointing=True`) recompute the character
+    # encoder and each biLSTM layer in the backward instead of keeping their activations, on every path that records
+    # a gradient.
+    supports_gradient_checkpointing = True
+    # device_map="auto" keeps the biLM on one device: its faster paths read the character encoder's and the LSTM's
+    # weights directly, not through the submodules' forward (where accelerate's hooks move inputs between devices).
+    _no_split_modules = ["ElmoModel", "ElmoCharacterEncoder", "ElmoBiLstm"]
     # A language-model checkpoint (ElmoForPreTraining, e.g. elmo_hf.DEFAULT_MODEL) loads into the biLM and the
     # task heads without its softmax, silently.
     _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]

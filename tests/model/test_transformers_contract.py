@@ -1,5 +1,6 @@
 """What elmo_hf relies on in transformers, pinned: the private format of from_pretrained's loading_info, and the
-forward-argument conventions (can_return_tuple, unknown arguments refused, no loss kwargs from the Trainer)."""
+forward-argument conventions (can_return_tuple, unknown arguments refused, no loss kwargs from the Trainer), and
+loading with device_map="auto"."""
 
 import pytest
 import torch
@@ -70,3 +71,19 @@ def test_the_trainer_passes_no_loss_kwargs(model_class, tmp_path):
     model = model_class(tiny_config(**HEADS[model_class]))
     arguments = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
     assert Trainer(model=model, args=arguments).model_accepts_loss_kwargs is False
+
+
+@pytest.mark.parametrize("model_class", [ElmoModel, ElmoForTokenClassification], ids=lambda cls: cls.__name__)
+def test_device_map_auto_loads_and_runs(model_class, tmp_path, tokenizer):
+    """from_pretrained(device_map="auto") places the model through accelerate (without a GPU: on the CPU), and it
+    computes what the model loaded without it computes. `_no_split_modules` names classes the model has."""
+    model = model_class(tiny_config(**HEADS[model_class])).eval()
+    model.save_pretrained(tmp_path)
+    loaded = model_class.from_pretrained(tmp_path, device_map="auto").eval()
+    assert {parameter.device.type for parameter in loaded.parameters()} == {"cpu"}
+    assert set(loaded._no_split_modules) == {"ElmoModel", "ElmoCharacterEncoder", "ElmoBiLstm"}
+    assert set(loaded._no_split_modules) <= {type(module).__name__ for module in loaded.modules()}
+    batch = tokenizer([["a", "b", "c"], ["d"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected, output = model(**batch).to_tuple()[0], loaded(**batch).to_tuple()[0]
+    torch.testing.assert_close(output, expected)  # (the head's products may round in another order)
