@@ -63,7 +63,9 @@ class ElmoConfig(PreTrainedConfig):
             "cuda_graphs", inference on a GPU replayed from CUDA graphs of the reference step (`cuda_graphs.py`: one
             graph per padded batch shape); "fused", those graphs with the step fused into four kernels where Triton
             is installed (`cuda_kernels.py`; "auto" picks it there). A value that cannot run in a call (a GPU path
-            on a CPU, or under autograd) warns once and names the path used.
+            on a CPU, or under autograd) warns once and names the path used. A run-time choice, as transformers'
+            `attn_implementation`: `save_pretrained` does not write it (set it after loading, or pass it to
+            `from_pretrained`); a config.json that holds it is still read.
 
     Task heads ([`ElmoForTokenClassification`], [`ElmoForSequenceClassification`]) read these fields; the biLM
     ignores them:
@@ -290,6 +292,12 @@ class ElmoConfig(PreTrainedConfig):
                 "use_input_elmo",
                 "the task input x_k is empty: set use_input_elmo, use_bilm_token_layer or task_word_vocab",
             )
+
+    def to_dict(self):
+        """The serialized fields, without the run-time choice `lstm_implementation` (see the class docstring)."""
+        output = super().to_dict()
+        output.pop("lstm_implementation", None)
+        return output
 
 
 def _positive_int(name, value):

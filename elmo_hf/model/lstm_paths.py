@@ -1,9 +1,13 @@
-"""Which code runs ELMo's biLSTM: the one place a path is chosen.
+"""Which code runs ELMo's biLSTM: the one place a path is chosen, and the one registry of the paths.
 
-`ElmoModel.forward` asks `lstm_path` once per call and runs the path it names. `config.lstm_implementation` is the
-request (as transformers' `attn_implementation`); the path also depends on where and how the model runs. Every path
-computes the same math as the readable layer of `modeling_elmo.py` (`tests/model/test_paths_differential.py` holds each
-one to it); they differ in speed, memory and rounding.
+`ElmoModel.forward` asks `lstm_path` once per call for the name of the path, takes its function from
+`ALL_LSTM_FUNCTIONS` and calls it once, as transformers' models take their attention from `ALL_ATTENTION_FUNCTIONS`.
+Every path is a function with one signature (`reference_lstm_forward`'s): the model, its character ids, the mask, the
+carried state, the dropout and the token cache in; the token layer, the LSTM layers and the final state out.
+`config.lstm_implementation` is the request (as transformers' `attn_implementation`, a run-time choice that
+`save_pretrained` does not write); the path also depends on where and how the model runs. Every path computes the
+same math as the readable layer of `modeling_elmo.py` (`tests/model/test_paths_differential.py` holds each one to
+it); they differ in speed, memory and rounding.
 
 The paths (`LSTM_PATHS`):
 
@@ -41,14 +45,23 @@ Weights quantized to int8 run only on `"cpu_kernels_int8"`: any other situation 
 error (`quantize_weights(None)` first). Two choices stay inside a path, because they change speed only: whether the
 CPU's products use prepacked oneDNN weights (`cpu_kernels.onednn_products_available`), and a fused step that fails
 to compile on a GPU, after which that model's graphs take the reference step (`cuda_graphs.py` warns once).
+
+Under `torch.compile` every call runs `"reference"`, whatever the request: the compiler traces the readable loop (and
+its autograd) into one graph, where the fast paths' data-dependent steps (distinct words, packed steps, prepacked
+weights checked against their sources) would break it. Weights quantized to int8 have no compiled path: compiling
+such a model is an error.
 """
 
 import warnings
+from collections.abc import MutableMapping
 
 import torch
 
 from .configuration_elmo import LSTM_IMPLEMENTATIONS
+from .cpu_kernels import elmo_forward
+from .cuda_graphs import graphed_bilstm_forward
 from .cuda_kernels import fused_step_apply
+from .weight_cache import forward_pass
 
 LSTM_PATHS = ("reference", "packed", "cpu_kernels", "cpu_kernels_int8", "cuda_graphs", "fused")
 
@@ -68,6 +81,13 @@ def lstm_path(model, input_ids, lstm_states=None, dropout=0.0):
     Returns:
         the path's name.
     """
+    if torch.compiler.is_compiling():
+        if model.encoder.weight_quantization is not None:
+            raise ValueError(
+                f"weights quantized to {model.encoder.weight_quantization} do not run under torch.compile; "
+                "compile the float32 model, or run the quantized one uncompiled"
+            )
+        return "reference"
     states = lstm_states if isinstance(lstm_states, (tuple, list)) else ()
     grad_mode = torch.is_grad_enabled()
     tensors = (*model.character_encoder.parameters(), *model.encoder.parameters(), *states)
@@ -169,3 +189,119 @@ def _warn_once(requested, reason, used):
         f"lstm_implementation={requested!r} cannot run here ({reason}); running the {used!r} path",
         stacklevel=4,
     )
+
+
+class ElmoLstmInterface(MutableMapping):
+    r"""
+    The LSTM paths by name: a mapping from each name of `LSTM_PATHS` to its function, all with the signature of
+    `reference_lstm_forward`. As transformers' `AttentionInterface`: `ElmoLstmInterface.register(name, function)`
+    adds or replaces a path for every instance, and `interface[name] = function` replaces one in this instance only.
+    """
+
+    _global_mapping = {}
+
+    def __init__(self):
+        self._local_mapping = {}
+
+    @classmethod
+    def register(cls, name, function):
+        """Makes `function` the path `name` of every `ElmoLstmInterface`."""
+        cls._global_mapping[name] = function
+
+    def __getitem__(self, name):
+        if name in self._local_mapping:
+            return self._local_mapping[name]
+        return self._global_mapping[name]
+
+    def __setitem__(self, name, function):
+        self._local_mapping[name] = function
+
+    def __delitem__(self, name):
+        del self._local_mapping[name]
+
+    def __iter__(self):
+        return iter({**self._global_mapping, **self._local_mapping})
+
+    def __len__(self):
+        return len(self._global_mapping.keys() | self._local_mapping.keys())
+
+    def get_interface(self, name, default):
+        """The function of path `name`; `default` when `name` is None. An unregistered name is a `KeyError` naming the
+        registered ones."""
+        if name is None:
+            return default
+        if name not in self:
+            raise KeyError(f"LSTM path {name!r} is not registered in ElmoLstmInterface (registered: {list(self)})")
+        return self[name]
+
+
+def reference_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0.0, token_cache=None):
+    r"""
+    The path `"reference"`, and the signature of every path: `ElmoModel`'s token layer, then the readable padded loop
+    of `ElmoBiLstm`.
+
+    Args:
+        model (`ElmoModel`): supplies the modules and weights.
+        input_ids (`(batch, words, max_characters_per_token)`): character ids.
+        mask (`(batch, words)` bool): real words, right-padded.
+        lstm_states (optional tuple `(cell, hidden)`): the state to continue from, as for `ElmoModel.forward`.
+        dropout (float): dropout on every LSTM layer's input.
+        token_cache (optional module `(n, chars)` -> `(n, projection_dim)`): encodes words instead of the character
+            encoder (e.g. `ElmoTokenCache`).
+
+    Returns:
+        the token layer `(batch, words, projection_dim)`, the list of LSTM layers `(batch, words, 2 *
+        projection_dim)` (0 at padded positions) and the final `(cell, hidden)` state.
+    """
+    return _encoder_forward(model, input_ids, mask, lstm_states, dropout, token_cache, "reference")
+
+
+def packed_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0.0, token_cache=None):
+    """The path `"packed"`: the token layer, then packed steps with a hand-written backward
+    (`lstm_training_kernel.py`). Arguments and result as `reference_lstm_forward`."""
+    return _encoder_forward(model, input_ids, mask, lstm_states, dropout, token_cache, "packed")
+
+
+def cpu_kernels_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0.0, token_cache=None):
+    """The paths `"cpu_kernels"` and `"cpu_kernels_int8"` (`cpu_kernels.elmo_forward`, which reads the weights'
+    quantization from the model), the only paths with derived copies of the weights (`weight_cache.py`): each is
+    checked once in the call. No dropout there (`lstm_path` picks them only without). Arguments and result as
+    `reference_lstm_forward`."""
+    # cpu_kernels' own word encoding has no word embedding: a model with one encodes words in its forward.
+    if token_cache is None and model.character_encoder.word_embedding is not None:
+        token_cache = model.character_encoder
+    with forward_pass():  # the weights' derived copies are checked once in this call (weight_cache.py)
+        return elmo_forward(model, input_ids, mask, lstm_states, token_cache)
+
+
+def cuda_graphs_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0.0, token_cache=None):
+    """The path `"cuda_graphs"`: the token layer, then the reference loop replayed from CUDA graphs (no carried state,
+    no dropout there: `lstm_path` picks it only without). Arguments and result as `reference_lstm_forward`."""
+    token_layer = model.token_layer(input_ids, mask, token_cache)
+    return token_layer, *graphed_bilstm_forward(model.encoder, token_layer, mask, "reference")
+
+
+def fused_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0.0, token_cache=None):
+    """The path `"fused"`: as `"cuda_graphs"`, the graphs capturing the fused step of `cuda_kernels.py`. Arguments and
+    result as `reference_lstm_forward`."""
+    token_layer = model.token_layer(input_ids, mask, token_cache)
+    return token_layer, *graphed_bilstm_forward(model.encoder, token_layer, mask, "fused")
+
+
+def _encoder_forward(model, input_ids, mask, lstm_states, dropout, token_cache, implementation):
+    token_layer = model.token_layer(input_ids, mask, token_cache)  # (batch, words, projection_dim)
+    lstm_layers, final_state = model.encoder(
+        token_layer, mask, lstm_states, dropout=dropout, implementation=implementation
+    )
+    return token_layer, lstm_layers, final_state
+
+
+ElmoLstmInterface.register("reference", reference_lstm_forward)
+ElmoLstmInterface.register("packed", packed_lstm_forward)
+ElmoLstmInterface.register("cpu_kernels", cpu_kernels_lstm_forward)
+ElmoLstmInterface.register("cpu_kernels_int8", cpu_kernels_lstm_forward)
+ElmoLstmInterface.register("cuda_graphs", cuda_graphs_lstm_forward)
+ElmoLstmInterface.register("fused", fused_lstm_forward)
+
+# The registry `ElmoModel.forward` takes its path from.
+ALL_LSTM_FUNCTIONS = ElmoLstmInterface()

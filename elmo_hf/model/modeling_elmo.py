@@ -31,13 +31,11 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .char_ids import char_ids_to_word, distinct_rows
 from .configuration_elmo import ElmoConfig
-from .cpu_kernels import elmo_forward, gather_words, int8_products_available, reverse_words_index
-from .cuda_graphs import graphed_bilstm_forward
+from .cpu_kernels import gather_words, int8_products_available, reverse_words_index
 from .cuda_kernels import fused_layer_forward
 from .lstm_cell import clip, lstm_cell_step
-from .lstm_paths import lstm_path
+from .lstm_paths import ALL_LSTM_FUNCTIONS, lstm_path, reference_lstm_forward
 from .lstm_training_kernel import bilstm_training_forward
-from .weight_cache import forward_pass
 
 
 class ElmoHighway(nn.Module):
@@ -420,9 +418,11 @@ class ElmoTaskWordEmbedding(nn.Module):
         self.word_rows = {word: row for row, word in enumerate(vocab, start=1)}
         self.embedding = nn.Embedding(len(vocab) + 1, dim)
 
+    @torch.compiler.disable
     def word_ids(self, input_ids, mask):
         """`(batch, words, chars)` character ids and their `(batch, words)` mask -> `(batch, words)` rows (0 for
-        unknown words and padding); each distinct word is decoded once."""
+        unknown words and padding); each distinct word is decoded once. A dictionary lookup of strings: under
+        `torch.compile` it runs eagerly, between two graphs."""
         distinct, inverse = distinct_rows(input_ids[mask])  # (distinct, chars)
         rows = []
         for char_ids in distinct.tolist():
@@ -546,15 +546,22 @@ class ElmoTaskEncoder(nn.Module):
             parts.append(self.input_mix(hidden_states, mask))
         features = self.dropout(torch.cat(parts, dim=-1))  # (batch, words, input_size)
         if self.lstm is not None:
-            words = features.shape[1]
-            packed = nn.utils.rnn.pack_padded_sequence(
-                features, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False
-            )
-            encoded, _ = self.lstm(packed)
-            features, _ = nn.utils.rnn.pad_packed_sequence(encoded, batch_first=True, total_length=words)
+            features = self._task_lstm(features, mask)  # (batch, words, 2 * task_encoder_hidden_size)
         if self.output_mix is not None:
             features = torch.cat([features, self.output_mix(hidden_states, mask)], dim=-1)
         return self.dropout(features) * mask.unsqueeze(-1), mask
+
+    # torch.compile's graphs take neither packed sequences nor `nn.LSTM` (Dynamo refuses the module): compiled, the
+    # task biLSTM runs eagerly, between two graphs.
+    @torch.compiler.disable
+    def _task_lstm(self, features, mask):
+        """The task biLSTM over each row's real words: `(batch, words, input_size)` -> `(batch, words, 2 *
+        task_encoder_hidden_size)`, 0 at padding."""
+        packed = nn.utils.rnn.pack_padded_sequence(
+            features, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False
+        )
+        encoded, _ = self.lstm(packed)
+        return nn.utils.rnn.pad_packed_sequence(encoded, batch_first=True, total_length=features.shape[1])[0]
 
     def _checked_precomputed(self, elmo, elmo_hidden_states, attention_mask):
         """The `(batch, words)` bool mask for precomputed `elmo_hidden_states`, after checking both."""
@@ -1095,7 +1102,12 @@ class ElmoModel(ElmoPreTrainedModel):
     r"""
     The ELMo biLM. Stateless by default: a sentence's output does not depend on its batch-mates, on padding
     or on earlier calls. bilm-tf's stateful behaviour is available through `lstm_states`.
+
+    `torch.compile(model)` captures the forward in one graph (`fullgraph=True` holds): compiled, it runs the reference
+    path of `lstm_paths.py` and skips the checks of the inputs' values (their shapes are still checked).
     """
+
+    _can_compile_fullgraph = True
 
     def __init__(self, config):
         super().__init__(config)
@@ -1139,26 +1151,12 @@ class ElmoModel(ElmoPreTrainedModel):
         )
         mask = self.word_mask(input_ids, attention_mask)  # (batch, words)
         # The one choice of path (lstm_paths.py): config.lstm_implementation, the device, grad mode, dropout, state.
-        path = lstm_path(self, input_ids, lstm_states, lstm_dropout)
-        with forward_pass():  # the weights' derived copies are checked once in this call (weight_cache.py)
-            if path in ("cpu_kernels", "cpu_kernels_int8"):
-                # cpu_kernels' own word encoding has no word embedding: a model with one encodes words in its forward.
-                if token_cache is None and self.character_encoder.word_embedding is not None:
-                    token_cache = self.character_encoder
-                token_layer, lstm_layers, final_state = elmo_forward(self, input_ids, mask, lstm_states, token_cache)
-            else:
-                encode_words = self.character_encoder if token_cache is None else token_cache
-                # Only the real words are encoded, each distinct one once (frequent words repeat); padding stays 0.
-                distinct_words, word_index = distinct_rows(input_ids[mask])
-                words = encode_words(distinct_words)[word_index]  # (real words, projection_dim)
-                token_layer = words.new_zeros(*mask.shape, words.shape[-1]).masked_scatter(mask.unsqueeze(-1), words)
-                if path in ("cuda_graphs", "fused"):
-                    step = "fused" if path == "fused" else "reference"
-                    lstm_layers, final_state = graphed_bilstm_forward(self.encoder, token_layer, mask, step)
-                else:
-                    lstm_layers, final_state = self.encoder(
-                        token_layer, mask, lstm_states, dropout=lstm_dropout, implementation=path
-                    )
+        lstm_forward = ALL_LSTM_FUNCTIONS.get_interface(
+            lstm_path(self, input_ids, lstm_states, lstm_dropout), reference_lstm_forward
+        )
+        token_layer, lstm_layers, final_state = lstm_forward(
+            self, input_ids, mask, lstm_states, lstm_dropout, token_cache
+        )
 
         hidden_states = (torch.cat([token_layer, token_layer], dim=-1), *lstm_layers)  # each (batch, words, 2*proj)
         return ElmoModelOutput(
@@ -1166,6 +1164,28 @@ class ElmoModel(ElmoPreTrainedModel):
             hidden_states=hidden_states if output_hidden_states else None,
             lstm_states=final_state,
         )
+
+    def token_layer(self, input_ids, mask, token_cache=None):
+        r"""
+        The context-independent representation of every word, as the LSTM paths start from.
+
+        Args:
+            input_ids (`(batch, words, max_characters_per_token)`): character ids.
+            mask (`(batch, words)` bool): real words.
+            token_cache (optional module `(n, chars)` -> `(n, projection_dim)`): encodes words instead of the
+                character encoder.
+
+        Returns:
+            `(batch, words, projection_dim)`, 0 at padded positions.
+        """
+        encode_words = self.character_encoder if token_cache is None else token_cache
+        if torch.compiler.is_compiling():
+            # Compiled, every position is encoded, so that no shape depends on the values; padding is zeroed after.
+            return encode_words(input_ids).masked_fill(~mask.unsqueeze(-1), 0.0)  # (batch, words, projection_dim)
+        # Only the real words are encoded, each distinct one once (frequent words repeat); padding stays 0.
+        distinct_words, word_index = distinct_rows(input_ids[mask])
+        words = encode_words(distinct_words)[word_index]  # (real words, projection_dim)
+        return words.new_zeros(*mask.shape, words.shape[-1]).masked_scatter(mask.unsqueeze(-1), words)
 
     def quantize_weights(self, mode="int8"):
         r"""
@@ -1211,7 +1231,22 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"input_ids must have shape (batch, words, {width}) with at least one word (character ids from "
                 f"ElmoTokenizer), got {tuple(input_ids.shape)}"
             )
-        if width > chars:
+        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
+            raise ValueError(
+                f"attention_mask must have shape {tuple(input_ids.shape[:2])} (batch, words), "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        mask = (input_ids > 0).any(dim=-1) if attention_mask is None else attention_mask.bool()
+        # The checks of the values read the data, which a compiled graph cannot branch on: torch.compile traces
+        # without them (as transformers' models skip theirs), so a compiled model trusts its inputs.
+        if not torch.compiler.is_compiling():
+            self._check_values(input_ids, attention_mask, mask)
+        return mask
+
+    def _check_values(self, input_ids, attention_mask, mask):
+        """Raises unless the ids are in range, `attention_mask` is 0/1 and `mask` is right-padded."""
+        chars = self.config.max_characters_per_token
+        if input_ids.shape[-1] > chars:
             word_ids = input_ids[..., chars]
             if ((word_ids < 0) | (word_ids >= self.config.word_embedding_vocab_size)).any():
                 raise ValueError(
@@ -1225,24 +1260,14 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"input_ids must hold character ids in 0..{self.config.num_characters - 1}, got "
                 f"{int(input_ids[sentence, word, char])} at sentence {sentence}, word {word}, character {char}"
             )
-        if attention_mask is None:
-            mask = (input_ids > 0).any(dim=-1)
-        else:
-            if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
-                raise ValueError(
-                    f"attention_mask must have shape {tuple(input_ids.shape[:2])} (batch, words), "
-                    f"got {tuple(attention_mask.shape)}"
-                )
-            if not ((attention_mask == 0) | (attention_mask == 1)).all():
-                raise ValueError("attention_mask must hold only 0 (padding) and 1 (word)")
-            mask = attention_mask.bool()
+        if attention_mask is not None and not ((attention_mask == 0) | (attention_mask == 1)).all():
+            raise ValueError("attention_mask must hold only 0 (padding) and 1 (word)")
         lengths = mask.sum(dim=1, keepdim=True)
         if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
             raise ValueError(
                 "ElmoModel needs right padding: in every row the words must come first and the padding after "
                 "(tokenize with padding_side='right')"
             )
-        return mask
 
 
 class ElmoForPreTraining(ElmoPreTrainedModel):
@@ -1305,7 +1330,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                     f"labels must have shape {tuple(top.shape[:2])} (batch, words), got {tuple(labels.shape)}"
                 )
             bad = (labels != -100) & ((labels < 0) | (labels >= self.config.vocab_size))
-            if bad.any():
+            if not torch.compiler.is_compiling() and bad.any():  # compiled, the values are not checked
                 raise ValueError(
                     f"labels must be word ids in [0, {self.config.vocab_size}) or -100, got {int(labels[bad][0])}"
                 )
@@ -1338,12 +1363,23 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
 
     def _direction_loss(self, states, targets):
         """Mean loss of `states` (batch, T, proj) predicting `targets` (batch, T), -100 not counted."""
+        sampled_softmax = self.training and self.config.num_sampled_negatives > 0
+        if torch.compiler.is_compiling() and not sampled_softmax:
+            # The same mean over the counted targets, on every position: no shape depends on the values.
+            logits = self.lm_head(states).flatten(0, 1)  # (batch * T, V)
+            return F.cross_entropy(logits, targets.flatten(), ignore_index=-100)
+        return self._counted_direction_loss(states, targets, sampled_softmax)
+
+    # The sampler draws until it has enough distinct classes, a loop on the values: under torch.compile the sampled
+    # loss runs eagerly, between two graphs.
+    @torch.compiler.disable
+    def _counted_direction_loss(self, states, targets, sampled_softmax):
         counted = targets != -100  # (batch, T)
         if not counted.any():
             raise ValueError("labels hold no target: every word to predict is -100")
         hidden, targets = states[counted], targets[counted]  # (N, proj), (N,)
         num_sampled = self.config.num_sampled_negatives
-        if not self.training or num_sampled == 0:
+        if not sampled_softmax:
             return F.cross_entropy(self.lm_head(hidden), targets)
         sampled, tries = self.sampler.sample(num_sampled)
         log_expected = self.sampler.log_expected_counts(torch.cat([targets.cpu(), sampled]), tries)
@@ -1415,7 +1451,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
 
     def _crf_loss(self, logits, labels):
         scored = labels != -100  # (batch, words)
-        if not scored.any(dim=1).all():
+        if not torch.compiler.is_compiling() and not scored.any(dim=1).all():
             raise ValueError("with use_crf every row of labels needs at least one word that is not -100")
         order, aligned = _left_align(scored)
         emissions = gather_words(logits, order)  # (batch, words, num_labels)

@@ -1,14 +1,24 @@
-"""The path resolver (`elmo_hf/model/lstm_paths.py`): its docstring's table, cell by cell, and its warnings."""
+"""The path resolver (`elmo_hf/model/lstm_paths.py`): its docstring's table, cell by cell, and its warnings; the
+registry of the paths; the request kept out of the saved config."""
 
+import inspect
+import json
 import warnings
 
 import pytest
 import torch
 from helpers import tiny_model
 
+from elmo_hf import ElmoModel
 from elmo_hf.model import lstm_paths
 from elmo_hf.model.configuration_elmo import LSTM_IMPLEMENTATIONS
-from elmo_hf.model.lstm_paths import LSTM_PATHS, lstm_path, resolve_lstm_path
+from elmo_hf.model.lstm_paths import (
+    ALL_LSTM_FUNCTIONS,
+    LSTM_PATHS,
+    lstm_path,
+    reference_lstm_forward,
+    resolve_lstm_path,
+)
 
 # The four situations of the table.
 SITUATIONS = {
@@ -96,3 +106,46 @@ def test_the_model_reads_its_facts():
             assert lstm_path(model, input_ids) == "cpu_kernels"
     model.config.lstm_implementation = "auto"
     assert lstm_path(model, input_ids) == "packed"
+
+
+def test_every_path_is_one_registered_function_of_one_signature():
+    assert sorted(ALL_LSTM_FUNCTIONS.keys()) == sorted(LSTM_PATHS)
+    signature = inspect.signature(reference_lstm_forward)
+    for path in LSTM_PATHS:
+        assert inspect.signature(ALL_LSTM_FUNCTIONS[path]) == signature, path
+    assert ALL_LSTM_FUNCTIONS.get_interface(None, reference_lstm_forward) is reference_lstm_forward
+    with pytest.raises(KeyError, match=r"LSTM path 'graphs' is not registered .*'cpu_kernels'"):
+        ALL_LSTM_FUNCTIONS.get_interface("graphs", reference_lstm_forward)
+
+
+@pytest.mark.parametrize("grad_mode, path", [(False, "cpu_kernels"), (True, "packed")])
+def test_forward_calls_the_resolved_path_once(monkeypatch, grad_mode, path):
+    model = tiny_model(seed=0)
+    input_ids = torch.randint(1, 262, (2, 3, model.config.max_characters_per_token))
+    calls = []
+
+    def recorded(*args):
+        calls.append(args[0])
+        return registered(*args)
+
+    registered = ALL_LSTM_FUNCTIONS[path]
+    monkeypatch.setitem(ALL_LSTM_FUNCTIONS, path, recorded)
+    with torch.set_grad_enabled(grad_mode):
+        output = model(input_ids)
+    assert calls == [model]
+    monkeypatch.undo()
+    with torch.no_grad():
+        torch.testing.assert_close(output.last_hidden_state, model(input_ids).last_hidden_state, rtol=0, atol=1e-6)
+
+
+def test_save_pretrained_does_not_write_the_requested_path(tmp_path):
+    model = tiny_model(seed=0)
+    model.config.lstm_implementation = "reference"
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert "lstm_implementation" not in saved
+    assert ElmoModel.from_pretrained(tmp_path).config.lstm_implementation == "auto"
+    assert ElmoModel.from_pretrained(tmp_path, lstm_implementation="packed").config.lstm_implementation == "packed"
+    # A config.json written before the request stopped being saved keeps it.
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "lstm_implementation": "reference"}))
+    assert ElmoModel.from_pretrained(tmp_path).config.lstm_implementation == "reference"
