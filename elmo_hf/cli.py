@@ -1,8 +1,13 @@
 """The `elmo-hf` command line: embed text files, convert original checkpoints, measure perplexity.
 
 A mistake in the input (a missing or corrupt file, contradictory options) is one line on stderr,
-`error: <file or argument>: <what is wrong, what was expected>`, and exit status 2; `--debug` shows its traceback.
-Any other exception is a bug and keeps its traceback.
+`error: <file or argument>: <what is wrong, what was expected>`, and exit status 2; so is an output that cannot be
+written (a full disk, a read-only folder: `error: <path>: cannot be written: <what happened>; <what to do>`), which
+leaves no half-written output. Ctrl-C and SIGTERM end in one line that says how to continue. `--debug` shows the
+traceback. Any other exception is a bug and keeps its traceback.
+
+The parser is built, and the arguments checked, before torch or transformers is imported: each command imports
+what it runs (see elmo_hf/__init__.py for the Auto registration this process defers).
 """
 
 import argparse
@@ -11,20 +16,18 @@ import json
 import os
 import sys
 
-import torch
-import torch.distributed as dist
-import transformers
+from .convert.published import BASE_URL_VARIABLE, PUBLISHED_MODELS, convert_published, published_model
+from .hub.shipped_models import DEFAULT_MODEL, shipped_model_path
+from .user_errors import (
+    UserInputError,
+    add_debug_argument,
+    interrupts_reported,
+    reported_as_one_line,
+    unloadable_model_error,
+)
 
-from . import DEFAULT_MODEL
-from .convert.convert_bilm_tf import convert_hdf5, convert_tf_checkpoint
-from .convert.convert_common import check_repo_id, push_to_hub
-from .convert.convert_elmoformanylangs import convert_efml
-from .convert.published import BASE_URL_VARIABLE, PUBLISHED_MODELS, convert_published
-from .hub.shipped_models import shipped_model_path
-from .inference.perplexity import PROTOCOLS, evaluate_perplexity, load_language_model, read_sentences
-from .user_errors import UserInputError, add_debug_argument, reported_as_one_line, unloadable_model_error
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = ("float32", "float16", "bfloat16")  # --dtype: torch dtypes by name
+PROTOCOLS = ("bilm-tf", "stateless")  # perplexity.PROTOCOLS, named here so that the parser needs no torch
 
 EMBED_DESCRIPTION = """\
 Write the ELMo vectors of every line of INPUT to OUTPUT, without the <S>/</S> positions: one dataset
@@ -264,6 +267,10 @@ def convert(args):
         )
     if args.vocab is not None and args.tf_checkpoint is None:
         raise UserInputError("--vocab: only applies to --tf-checkpoint (hdf5 files have no softmax)")
+    _load_the_model_code()
+    from .convert.convert_bilm_tf import convert_hdf5, convert_tf_checkpoint
+    from .convert.convert_common import check_repo_id, push_to_hub
+
     repo_id = check_repo_id(args.push_to_hub) if args.push_to_hub else None
     if args.tf_checkpoint is not None:
         _, _, report = convert_tf_checkpoint(args.tf_checkpoint, args.options, args.vocab, args.output_dir)
@@ -294,6 +301,9 @@ def convert_elmoformanylangs_model(args):
         raise UserInputError("--push-to-hub: not supported with --elmoformanylangs; push the converted folder")
     if args.output_dir is None:
         raise UserInputError("--output-dir: required with --elmoformanylangs")
+    _load_the_model_code()
+    from .convert.convert_elmoformanylangs import convert_efml
+
     _, _, report = convert_efml(args.elmoformanylangs, args.output_dir)
     print(
         f"converted {report['tensors_converted']} tensors of {args.elmoformanylangs}; outputs match ELMoForManyLangs' "
@@ -306,6 +316,8 @@ def convert_published_model(args):
     for name, value in (("--options", args.options), ("--vocab", args.vocab)):
         if value is not None:
             raise UserInputError(f"{name}: does not apply to --published (the published files are downloaded)")
+    published_model(args.published)  # an unknown name is an argument error
+    _load_the_model_code()
     output_dir, report = convert_published(
         args.published,
         args.output_dir,
@@ -323,6 +335,9 @@ def convert_published_model(args):
 
 
 def perplexity(args):
+    _load_the_model_code()
+    from .inference.perplexity import evaluate_perplexity, load_language_model, read_sentences
+
     sentences = read_sentences(args.text)
     model, tokenizer, vocabulary = load_language_model(args.model)
     result = evaluate_perplexity(
@@ -342,6 +357,9 @@ def perplexity(args):
 def _process_group(device):
     """Join the torch.distributed group that torchrun or `accelerate launch` describe in the environment (gloo on
     a CPU, nccl on GPUs), for the duration of one command; nothing when started as a single process."""
+    import torch
+    import torch.distributed as dist
+
     if int(os.environ.get("WORLD_SIZE", "1")) == 1 or dist.is_initialized():
         yield
         return
@@ -357,6 +375,10 @@ def embed(args):
     for path, expected in ((args.input, "UTF-8 text, one sentence per line"), (args.token_cache, "one word per line")):
         if path is not None and not os.path.isfile(path):
             raise UserInputError(f"{path}: no such file; expected {expected}")
+    _load_the_model_code()
+    import torch
+    import transformers
+
     if args.quiet:
         transformers.utils.logging.disable_progress_bar()  # the "Loading weights" bar
     device = args.device
@@ -377,6 +399,9 @@ def embed(args):
 
 
 def _embed(args, device):
+    import torch
+    import torch.distributed as dist
+
     from .compat.allennlp import embed_file_in_allennlp_layout, load_elmo_model
     from .inference.embedder import ElmoEmbedder
 
@@ -387,9 +412,9 @@ def _embed(args, device):
     try:
         if args.options_file is not None:
             model = load_elmo_model(args.options_file, args.weight_file)
-            embedder = ElmoEmbedder(model, device=device, dtype=DTYPES[args.dtype])
+            embedder = ElmoEmbedder(model, device=device, dtype=getattr(torch, args.dtype))
         else:
-            embedder = ElmoEmbedder.from_pretrained(args.model, device=device, dtype=DTYPES[args.dtype])
+            embedder = ElmoEmbedder.from_pretrained(args.model, device=device, dtype=getattr(torch, args.dtype))
     except UserInputError:
         raise
     except (OSError, ValueError) as error:  # no such model, unreadable or contradictory files
@@ -433,6 +458,7 @@ def _embed(args, device):
 
 
 def export_onnx(args):
+    _load_the_model_code()
     from .inference.onnx_export import export_onnx
     from .model.modeling_elmo import ElmoModel
 
@@ -451,10 +477,46 @@ COMMANDS = {
 }
 
 
+def _load_the_model_code():
+    """Import torch, transformers and the model, and register the Auto classes (which `import elmo_hf` skips in
+    this process): each command calls this once its arguments are checked, before it loads or saves a model."""
+    from . import _register_auto_classes
+
+    _register_auto_classes()
+
+
+def how_to_continue(args):
+    """After an interrupt or a failed write: what the command kept for a rerun, as a sentence, or None."""
+    if args.command == "embed":
+        return _embed_leftovers(args.output)
+    if args.command == "convert" and getattr(args, "published", None) is not None:
+        from .convert.published import default_download_dir
+
+        folder = os.path.join(args.download_dir or default_download_dir(), published_model(args.published).name)
+        if any(name.endswith(".part") for name in (os.listdir(folder) if os.path.isdir(folder) else ())):
+            return f"the download is kept in {folder}/: run the same command again to resume it"
+    return None
+
+
+def _embed_leftovers(output):
+    """The sentence that tells how to resume the unfinished run of `elmo-hf embed ... output`, or None."""
+    work_dir = output + ".partial"
+    if not os.path.isdir(work_dir):  # the allennlp layout's flags embed into OUTPUT.incomplete.hdf5 first
+        work_dir = output + ".incomplete.hdf5.partial"
+    try:
+        with open(os.path.join(work_dir, "manifest.json"), encoding="utf-8") as manifest:
+            settings = json.load(manifest)
+        total = -(-settings["input_lines"] // settings["chunk_size"])
+    except (OSError, ValueError, KeyError, TypeError):  # no run to resume, or not one this version wrote
+        return None
+    chunks = sum(name.startswith("chunk-") and name.endswith(".npz") for name in os.listdir(work_dir))
+    return f"{chunks} of {total} chunks are kept in {work_dir}/: run the same command with --resume to continue"
+
+
 def main(argv=None):
     """`elmo-hf COMMAND ...`: user errors end as one line on stderr and exit status 2 (see user_errors.py)."""
     args = build_parser().parse_args(argv)
-    with reported_as_one_line(args.debug):
+    with reported_as_one_line(args.debug), interrupts_reported(lambda: how_to_continue(args), args.debug):
         return COMMANDS[args.command](args)
 
 
@@ -465,7 +527,8 @@ def script_main(command, description, argv=None):
     {"convert": add_convert_arguments, "perplexity": add_perplexity_arguments}[command](parser)
     add_debug_argument(parser)
     args = parser.parse_args(argv)
-    with reported_as_one_line(args.debug):
+    args.command = command
+    with reported_as_one_line(args.debug), interrupts_reported(lambda: how_to_continue(args), args.debug):
         return COMMANDS[command](args)
 
 

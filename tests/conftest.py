@@ -7,9 +7,11 @@ import sys
 import pytest
 import torch
 from helpers import REPO_ROOT, fixtures_path
+from hub_server import FileServer
 from hypothesis import settings as hypothesis_settings
 
 from elmo_hf import ElmoTokenizer
+from elmo_hf.convert.published import BASE_URL_VARIABLE, PUBLISHED_MODELS
 
 sys.path.insert(0, str(REPO_ROOT))  # makes `conversion` importable without installing
 
@@ -88,3 +90,18 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def published_server(fixtures_dir, monkeypatch, loopback_only):
+    """Every published model's options and weights are the allennlp fixture pair, read from ../shared/fixtures."""
+    options = (fixtures_dir / "allennlp_elmo" / "options.json").read_bytes()
+    weights = (fixtures_dir / "allennlp_elmo" / "lm_weights.hdf5").read_bytes()
+    files = {}
+    for model in PUBLISHED_MODELS:
+        files[f"/elmo/{model.options_path}"] = options
+        files[f"/elmo/{model.weights_path}"] = weights
+    with FileServer(files) as server:
+        monkeypatch.setenv(BASE_URL_VARIABLE, server.url)
+        server.weights = weights
+        yield server

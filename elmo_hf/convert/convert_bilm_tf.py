@@ -33,10 +33,12 @@ from .convert_common import (
     VERIFY_ATOL,
     KeyTableEntry,
     build_model,
+    checkpoint_bytes,
     convert_weights,
     save,
     sigmoid,
     verify_against_reference,
+    written_whole,
 )
 from .tf_checkpoint_reader import read_tf_checkpoint
 
@@ -380,8 +382,9 @@ def convert_hdf5(
         "elmo_hf_version": __version__,
     }
     if output_dir is not None:
-        save(model, tokenizer, output_dir, report)
-        write_model_card(output_dir, model, **(card_options or {"repo_id": str(output_dir)}))
+        with written_whole(output_dir, checkpoint_bytes(model)) as folder:
+            save(model, tokenizer, folder, report)
+            write_model_card(folder, model, **(card_options or {"repo_id": str(output_dir)}))
     return model, tokenizer, report
 
 
@@ -497,7 +500,8 @@ def convert_tf_checkpoint(
         "verification_max_abs_difference": max_difference,
     }
     if output_dir is not None:
-        save(model, tokenizer, output_dir, report)
-        if vocabulary is not None:
-            vocabulary.save_pretrained(output_dir)  # vocab.txt: the language model's targets
+        with written_whole(output_dir, checkpoint_bytes(model)) as folder:
+            save(model, tokenizer, folder, report)
+            if vocabulary is not None:
+                vocabulary.save_pretrained(folder)  # vocab.txt: the language model's targets
     return model, tokenizer, report

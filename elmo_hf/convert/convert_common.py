@@ -7,8 +7,14 @@ The converters by source: `convert_bilm_tf.py` (bilm-tf's options.json, hdf5 wei
 arithmetic, in NumPy on the untouched source arrays; this module runs the rest the same way for both.
 """
 
+import contextlib
+import errno
+import inspect
 import json
 import os
+import re
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,7 +23,7 @@ import torch
 
 from ..hub.model_card import CONVERSION_REPORT_NAME
 from ..model.modeling_elmo import ElmoModel
-from ..user_errors import UserInputError
+from ..user_errors import UnwritableOutputError, UserInputError
 
 # A converted model's layers must match the source's arithmetic within this, on every sentence, before it is saved.
 VERIFY_ATOL = 1e-5
@@ -122,6 +128,78 @@ def save(model, tokenizer, output_dir, report):
     tokenizer.save_pretrained(output_dir)
     with open(os.path.join(output_dir, CONVERSION_REPORT_NAME), "w", encoding="utf-8") as report_file:
         json.dump(report, report_file, indent=2)
+
+
+def checkpoint_bytes(model):
+    """About the bytes `save` writes for `model`: its weights, and the code files `save_pretrained` copies."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    model_file = inspect.getfile(type(model))
+    code = {model_file, *get_relative_import_files(model_file)}
+    weights = sum(tensor.numel() * tensor.element_size() for tensor in model.state_dict().values())
+    return weights + sum(os.path.getsize(path) for path in code)
+
+
+@contextlib.contextmanager
+def written_whole(output_dir, needed=None):
+    r"""
+    A folder output that appears whole or not at all: yields a temporary sibling of `output_dir` to write into, and
+    moves what was written there into `output_dir` (created, with its parents, when missing) once the block ends.
+
+    A new folder is one rename. Into an existing folder, each file is renamed into place (replacing a file of the
+    same name; other files stay). On any error or interrupt inside the block the temporary folder is removed and
+    `output_dir` is left as it was; an OSError (a full disk, a read-only folder, a permission denial; also the
+    safetensors writer's own error for one) becomes an `UnwritableOutputError` for `output_dir`, with `needed`
+    (bytes, an estimate) for a full disk.
+    """
+    output_dir = os.path.abspath(output_dir)
+    try:
+        os.makedirs(os.path.dirname(output_dir), exist_ok=True)
+        parent, name = os.path.split(output_dir)
+        temporary = tempfile.mkdtemp(prefix=f".{name}.", suffix=".incomplete", dir=parent)
+    except OSError as error:
+        raise UnwritableOutputError(output_dir, error, needed) from error
+    try:
+        try:
+            yield temporary
+        except Exception as error:
+            fault = _os_error(error)
+            if fault is None or isinstance(error, UnwritableOutputError):
+                raise
+            raise UnwritableOutputError(output_dir, fault, needed) from error
+        try:
+            _move_into_place(temporary, output_dir)
+        except OSError as error:
+            raise UnwritableOutputError(output_dir, error) from error
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _os_error(error):
+    """`error` as an OSError: itself, or the one a safetensors writer reports in words ("... (os error 28)")."""
+    if isinstance(error, OSError):
+        return error
+    if type(error).__name__ == "SafetensorError":
+        match = re.search(r"os error (\d+)", str(error))
+        if match:
+            code = int(match.group(1))
+            return OSError(code, os.strerror(code))
+    return None
+
+
+def _move_into_place(temporary, output_dir):
+    """Rename the folder `temporary` to `output_dir`, or, when that exists and holds files, each of its files."""
+    try:
+        os.rename(temporary, output_dir)  # also replaces an empty folder
+        return
+    except OSError as error:
+        if error.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not os.path.isdir(output_dir):
+            raise
+    for name in sorted(os.listdir(temporary)):
+        target = os.path.join(output_dir, name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        os.replace(os.path.join(temporary, name), target)
 
 
 def push_to_hub(output_dir, repo_id, private=None, revision=None):

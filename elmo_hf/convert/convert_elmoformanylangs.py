@@ -32,10 +32,12 @@ from .convert_common import (
     VERIFY_ATOL,
     KeyTableEntry,
     build_model,
+    checkpoint_bytes,
     convert_weights,
     save,
     sigmoid,
     verify_against_reference,
+    written_whole,
 )
 
 VERIFY_SENTENCES = [
@@ -453,5 +455,6 @@ def convert_efml(
         "elmo_hf_version": __version__,
     }
     if output_dir is not None:
-        save(model, tokenizer, output_dir, report)
+        with written_whole(output_dir, checkpoint_bytes(model)) as folder:
+            save(model, tokenizer, folder, report)
     return model, tokenizer, report

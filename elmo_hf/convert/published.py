@@ -22,11 +22,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from tqdm.auto import tqdm
-
-from ..user_errors import UserInputError
-from .convert_bilm_tf import convert_hdf5
-from .convert_common import check_repo_id, push_to_hub
+from ..user_errors import UnwritableOutputError, UserInputError
 
 PUBLISHED_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 BASE_URL_VARIABLE = "ELMO_HF_PUBLISHED_BASE_URL"
@@ -127,8 +123,11 @@ def download(url, destination, progress=True, timeout=60):
     """
     if os.path.isfile(destination):
         return destination
-    os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
     partial = destination + ".part"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
+    except OSError as error:
+        raise UnwritableOutputError(destination, error) from error
     offset = os.path.getsize(partial) if os.path.isfile(partial) else 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
     try:
@@ -151,16 +150,32 @@ def download(url, destination, progress=True, timeout=60):
             offset, mode = 0, "wb"
         length = response.headers.get("Content-Length")
         total = offset + int(length) if length is not None else None
-        received = offset
-        bar = tqdm(
-            total=total,
-            initial=offset,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            desc=os.path.basename(destination),
-            disable=None if progress else True,  # None: shown on a terminal only
+        received = _receive(response, partial, mode, offset, total, destination, progress)
+    if total is not None and received != total:
+        raise UserInputError(
+            f"{url}: download truncated: {received} of {total} bytes arrived; run the same command again to resume "
+            f"({partial} is kept)"
         )
+    os.replace(partial, destination)
+    return destination
+
+
+def _receive(response, partial, mode, offset, total, destination, progress):
+    """Append the body of `response` to `partial` (opened with `mode`) with a progress bar; the bytes it then holds.
+    A file that cannot be written is an `UnwritableOutputError` for `destination`, which keeps what arrived."""
+    from tqdm.auto import tqdm
+
+    received = offset
+    bar = tqdm(
+        total=total,
+        initial=offset,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=os.path.basename(destination),
+        disable=None if progress else True,  # None: shown on a terminal only
+    )
+    try:
         with bar, open(partial, mode) as output:
             try:
                 while chunk := response.read(CHUNK_BYTES):
@@ -171,13 +186,17 @@ def download(url, destination, progress=True, timeout=60):
                 if isinstance(error, http.client.IncompleteRead):
                     output.write(error.partial)
                     received += len(error.partial)
-    if total is not None and received != total:
-        raise UserInputError(
-            f"{url}: download truncated: {received} of {total} bytes arrived; run the same command again to resume "
-            f"({partial} is kept)"
-        )
-    os.replace(partial, destination)
-    return destination
+    except OSError as error:
+        kept = os.path.getsize(partial) if os.path.isfile(partial) else 0
+        raise UnwritableOutputError(
+            destination,
+            error,
+            needed=None if total is None else total - kept,
+            kept=f"the {kept} bytes that arrived are kept in {partial}: run the same command again to resume"
+            if kept
+            else None,
+        ) from error
+    return received
 
 
 def _content_range_start(header):
@@ -213,6 +232,9 @@ def convert_published(
     """Download (or resume), verify and convert the published model `name` into `output_dir` (default: its repo
     name in the current folder), and push it to the Hub repo `repo_id` when given.
     Returns (output folder, conversion report)."""
+    from .convert_bilm_tf import convert_hdf5
+    from .convert_common import check_repo_id, push_to_hub
+
     model = published_model(name)
     repo_id = check_repo_id(repo_id) if repo_id else None
     output_dir = output_dir or model.repo_name
@@ -229,6 +251,9 @@ def convert_all(input_dir, output_dir, namespace=None, private=None, revision=No
     """Convert (and push, when `namespace` is given) the models named in `names` (default: the four English sizes)
     from their files in `input_dir`, under their published names. Every file is checked before anything is
     converted. Returns {model name: (output folder, repo id or None, conversion report)}."""
+    from .convert_bilm_tf import convert_hdf5
+    from .convert_common import check_repo_id, push_to_hub
+
     names = list(ENGLISH_MODELS if names is None else names)
     selected = [published_model(name) for name in names]
     missing = [path for model in selected for path in model.files(input_dir) if not os.path.isfile(path)]

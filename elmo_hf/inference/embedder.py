@@ -10,6 +10,8 @@ the processes share the chunks. `ElmoEmbedder.embed_dataset` adds the vectors to
 
 import collections
 import concurrent.futures
+import contextlib
+import errno
 import functools
 import hashlib
 import itertools
@@ -31,6 +33,7 @@ from ..hub.shipped_models import DEFAULT_MODEL, shipped_model_path
 from ..model.modeling_elmo import ElmoModel
 from ..model.tokenization_elmo import ElmoTokenizer
 from ..model.weight_cache import derived_copy, weights_held
+from ..user_errors import UnwritableOutputError
 
 LAYER_CHOICES = ("all", "top", "average", "mix")
 OUTPUT_FORMATS = {".hdf5": "hdf5", ".h5": "hdf5", ".npz": "npz"}
@@ -279,9 +282,11 @@ class ElmoEmbedder:
             "output_format": output_format,
         }
         work_dir = output_path.with_name(output_path.name + ".partial")
-        finished = _on_first_process(lambda: _open_work_dir(work_dir, settings, resume))
+        with _output_faults(output_path, work_dir):
+            finished = _on_first_process(lambda: _open_work_dir(work_dir, settings, resume))
         rank, world_size = _rank_and_world_size()
-        pending = [chunk for chunk in range(-(-line_count // chunk_size)) if chunk not in finished]
+        chunk_count = -(-line_count // chunk_size)
+        pending = [chunk for chunk in range(chunk_count) if chunk not in finished]
         mine = set(pending[rank::world_size])  # this process's share, dealt in turn
 
         start = time.monotonic()
@@ -293,19 +298,21 @@ class ElmoEmbedder:
                 lines_read += len(lines)
                 if chunk in mine:
                     sentences = [self.tokenizer.tokenize(line) if tokenize else line.split() for line in lines]
-                    # No name holds the arrays: they are freed once written, before the next chunk's are made.
-                    _write_chunk(
-                        work_dir,
-                        chunk,
-                        chunk * chunk_size,
-                        self._embed_in_input_order(
-                            sentences, options, batch_size, max_tokens_per_batch, on_batch=bar.update
-                        ),
+                    arrays = self._embed_in_input_order(
+                        sentences, options, batch_size, max_tokens_per_batch, on_batch=bar.update
                     )
+                    mine.discard(chunk)
+                    # about this chunk's bytes for each chunk still to save and for each in the assembled output
+                    needed = sum(array.nbytes for array in arrays) * (1 + len(mine) + chunk_count)
+                    with _output_faults(output_path, work_dir, needed):
+                        _write_chunk(work_dir, chunk, chunk * chunk_size, arrays)
+                    del arrays  # freed before the next chunk's are made
         if lines_read != line_count:
             raise ValueError(f"{input_path} changed while it was read: {line_count} lines at first, then {lines_read}")
         sentences_done, tokens_done = _sum_over_processes(bar.sentences, bar.tokens)  # also waits for every chunk
-        _on_first_process(lambda: _assemble(work_dir, output_path, output_format, input_path, chunk_size))
+        needed = sum(path.stat().st_size for path in work_dir.glob("chunk-*.npz"))  # about the output's size
+        with _output_faults(output_path, work_dir, needed):
+            _on_first_process(lambda: _assemble(work_dir, output_path, output_format, input_path, chunk_size))
         return {"sentences": sentences_done, "tokens": tokens_done, "seconds": time.monotonic() - start}
 
     def embed_dataset(
@@ -645,8 +652,14 @@ def _open_work_dir(work_dir, settings, resume):
         return {int(path.stem.split("-")[1]) for path in work_dir.glob("chunk-*.npz")}
     # A folder without a manifest was interrupted before its first chunk was saved: nothing in it to keep. The
     # output's own folder is created too, as users of a command expect.
+    created = not work_dir.exists()
     work_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomically(manifest, lambda file: file.write(json.dumps(settings, indent=2).encode("utf-8")))
+    try:
+        _write_atomically(manifest, lambda file: file.write(json.dumps(settings, indent=2).encode("utf-8")))
+    except BaseException:
+        if created:
+            shutil.rmtree(work_dir, ignore_errors=True)
+        raise
     return set()
 
 
@@ -657,24 +670,83 @@ def _write_chunk(work_dir, chunk, first_line, arrays):
 
 
 def _write_atomically(path, write):
-    """Call write(binary file) on a temporary name, sync it to disk, then rename it to `path`."""
+    """Call write(binary file) on a temporary name, sync it to disk, then rename it to `path`; on any error or
+    interrupt the temporary file is removed."""
     temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as file:
-        write(file)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+
+
+@contextlib.contextmanager
+def _output_faults(output_path, work_dir, needed=None):
+    """An OSError raised inside while writing (a full disk, a read-only folder, a permission denial) becomes an
+    `UnwritableOutputError` for `output_path` (`needed`: about the bytes still to write) that says whether the
+    finished chunks in `work_dir` are kept for a resume. An unfinished run met without `resume` is not one."""
+    try:
+        yield
+    except OSError as error:
+        if isinstance(error, (UnwritableOutputError, FileExistsError)):
+            raise
+        kept = None
+        if (work_dir / "manifest.json").is_file():
+            chunks = len(list(work_dir.glob("chunk-*.npz")))
+            kept = (
+                f"the {chunks} finished chunks are kept in {work_dir}/: run the same command with --resume "
+                "(resume=True) to continue"
+            )
+        raise UnwritableOutputError(output_path, error, needed, kept) from error
 
 
 def _assemble(work_dir, output_path, output_format, input_path, chunk_size):
     """Copy the saved chunks, in line order, into the final file, rename it to `output_path` and remove `work_dir`."""
-    sentence_to_index = {}
+    sentence_to_index, line_count = {}, 0
     for chunk, lines in enumerate(_read_chunks(input_path, chunk_size)):
         for offset, line in enumerate(lines):
             sentence_to_index[line] = str(chunk * chunk_size + offset)  # a repeated line keeps its last index
+        line_count += len(lines)
     mapping = json.dumps(sentence_to_index)
     chunks = sorted(work_dir.glob("chunk-*.npz"))
     temporary = work_dir / f"assembled{output_path.suffix}"
+    # The chunks' bytes, about 200-450 bytes of headers per dataset, and the mapping (measured on .hdf5 and .npz).
+    _reserve(temporary, sum(path.stat().st_size for path in chunks) + 512 * line_count + 2 * len(mapping))
+    try:
+        _write_assembled(temporary, output_format, chunks, mapping)
+        with open(temporary, "rb+") as file:
+            os.fsync(file.fileno())
+        os.replace(temporary, output_path)
+    except BaseException:  # the chunks stay for a resume; the copy would only take room
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+    shutil.rmtree(work_dir)
+
+
+def _reserve(path, size):
+    """Allocate `size` bytes at `path`, then remove it: a full disk or an exceeded quota raises its OSError here,
+    before the output is written (h5py can crash when a file it writes cannot grow). Skipped where the system has
+    no posix_fallocate, or the file system refuses it."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.posix_fallocate(descriptor, 0, size)
+    except OSError as error:
+        if error.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+    finally:
+        os.close(descriptor)
+        os.remove(path)
+
+
+def _write_assembled(temporary, output_format, chunks, mapping):
     if output_format == "hdf5":
         h5py = _import_h5py()
         with h5py.File(temporary, "w") as output:
@@ -690,10 +762,6 @@ def _assemble(work_dir, output_path, output_format, input_path, chunk_size):
                     for key in arrays.files:
                         _write_npy(output, key, arrays[key])
             _write_npy(output, "sentence_to_index", np.array(mapping))
-    with open(temporary, "rb+") as file:
-        os.fsync(file.fileno())
-    os.replace(temporary, output_path)
-    shutil.rmtree(work_dir)
 
 
 def _write_npy(archive, key, array):

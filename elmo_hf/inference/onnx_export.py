@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from .. import __version__
+from ..convert.convert_common import written_whole
 from ..model.modeling_elmo import ElmoModel
 from ..model.tokenization_elmo import ElmoTokenizer
 from ..user_errors import UserInputError
@@ -103,7 +104,8 @@ def export_onnx(model, output_dir, opset=DEFAULT_OPSET):
     Args:
         model (`ElmoModel`): the biLM (float32). Its LSTM layers are compiled once more for the export; the model
             itself is left as it was.
-        output_dir (str or `Path`): created when missing.
+        output_dir (str or `Path`): created when missing; its files appear together once all are written, and a
+            failed export leaves it as it was (`convert_common.written_whole`).
         opset (int, defaults to `DEFAULT_OPSET`): the ONNX opset, in `SUPPORTED_OPSETS`.
 
     Returns:
@@ -161,13 +163,13 @@ def export_onnx(model, output_dir, opset=DEFAULT_OPSET):
     onnx.checker.check_model(onnx_model)
     _verify(graph, ElmoOnnxModel(onnx_model.SerializeToString()))
 
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / ONNX_FILE
-    onnx.save(onnx_model, path)
-    config.save_pretrained(output_dir)
-    ElmoTokenizer(max_characters_per_token=config.max_characters_per_token).save_pretrained(output_dir)
-    return path
+    serialized = onnx_model.SerializeToString()
+    with written_whole(output_dir, needed=len(serialized)) as folder:  # the folder appears whole or not at all
+        with open(Path(folder) / ONNX_FILE, "wb") as file:
+            file.write(serialized)
+        config.save_pretrained(folder)
+        ElmoTokenizer(max_characters_per_token=config.max_characters_per_token).save_pretrained(folder)
+    return Path(output_dir) / ONNX_FILE
 
 
 def example_inputs(chars, num_characters, lengths, seed=0):

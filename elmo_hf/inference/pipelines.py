@@ -1,5 +1,10 @@
-"""The token-classification pipeline for ELMo: one tag per word, character offsets into the raw text."""
+"""The token-classification pipeline for ELMo: one tag per word, character offsets into the raw text.
 
+Importing this module registers the task "elmo-token-classification" (`import elmo_hf` imports it).
+"""
+
+from transformers import AutoModelForTokenClassification
+from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
 
 from ..model.modeling_elmo import decoded_tags
@@ -93,5 +98,14 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
             entities = self.group_entities(entities)
         return [entity for entity in entities if entity.get("entity", entity.get("entity_group")) not in ignore_labels]
 
+
+# The stock "token-classification" task is left as transformers defines it, for every other model in the process;
+# pipeline("token-classification", model=..., pipeline_class=ElmoTokenClassificationPipeline) also gives this one.
+PIPELINE_REGISTRY.register_pipeline(
+    ELMO_TOKEN_CLASSIFICATION_TASK,
+    pipeline_class=ElmoTokenClassificationPipeline,
+    pt_model=AutoModelForTokenClassification,
+    type="text",
+)
 
 __all__ = ["ELMO_TOKEN_CLASSIFICATION_TASK", "ElmoTokenClassificationPipeline"]

@@ -1,11 +1,15 @@
-"""The `elmo-hf` command line: embed, convert and perplexity."""
+"""The `elmo-hf` command line: embed, convert and perplexity; help and argument errors before torch is imported."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ATOL, SENTENCES, direct_layers, read_output, tiny_model, write_lines
+from helpers import ATOL, REPO_ROOT, SENTENCES, direct_layers, read_output, tiny_model, write_lines
 
 from elmo_hf import DEFAULT_MODEL, ElmoEmbedder, ElmoModel, cli
 from elmo_hf.inference import perplexity
@@ -127,3 +131,62 @@ def test_a_model_folder_whose_config_contradicts_its_weights_is_one_line(model_d
             cli.main([*command, "--model", str(checkpoint)])
         assert exit_info.value.code == 2
         assert capsys.readouterr().err == f"error: {checkpoint}: lstm_dim must be a positive int, got '16'\n"
+
+
+CONSOLE_SCRIPT = Path(sys.executable).with_name("elmo-hf")  # the entry point this environment installed
+
+
+def imported_modules(command, cwd):
+    """(exit status, stderr, the top-level modules imported) of `python -X importtime COMMAND...` on this checkout."""
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *command], cwd=cwd, env=environment, capture_output=True, text=True
+    )
+    lines = done.stderr.splitlines()
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    return done.returncode, "\n".join(line for line in lines if not line.startswith("import time:")), imported
+
+
+@pytest.mark.parametrize(
+    "arguments, status, message",
+    [
+        (["--help"], 0, ""),
+        (["embed", "--help"], 0, ""),
+        (["embed"], 2, "the following arguments are required: INPUT, OUTPUT"),
+        (["embed", "in.txt", "out.hdf5", "--batch-size", "x"], 2, "invalid int value: 'x'"),
+        (["embed", "missing.txt", "out.hdf5"], 2, "error: missing.txt: no such file"),
+        (["convert", "--published", "nope"], 2, "error: --published: unknown model 'nope'"),
+        (["convert", "--weights", "w.hdf5"], 2, "error: --options: required with --weights"),
+    ],
+)
+def test_help_and_argument_errors_import_neither_torch_nor_transformers(arguments, status, message, tmp_path):
+    entries = [[str(CONSOLE_SCRIPT)]] if CONSOLE_SCRIPT.is_file() else []
+    if arguments[-1] == "--help" or arguments == ["embed"]:
+        entries.append(["-m", "elmo_hf.cli"])  # as torchrun starts it
+    assert entries
+    for entry in entries:
+        returned, stderr, imported = imported_modules([*entry, *arguments], tmp_path)
+        assert returned == status and message in stderr, stderr
+        assert "Traceback" not in stderr
+        assert not imported & {"torch", "transformers", "elmo_hf.model.modeling_elmo"}
+
+
+def test_import_elmo_hf_registers_the_auto_classes_and_the_pipeline_task(tmp_path):
+    code = (
+        "import sys\n"
+        "import elmo_hf\n"
+        "PIPELINE_REGISTRY = sys.modules['transformers.pipelines'].PIPELINE_REGISTRY\n"
+        "from transformers import AutoModel, AutoTokenizer\n"
+        "assert type(AutoModel.from_pretrained(elmo_hf.DEFAULT_MODEL)) is elmo_hf.ElmoModel\n"
+        "assert type(AutoTokenizer.from_pretrained(elmo_hf.DEFAULT_MODEL)) is elmo_hf.ElmoTokenizer\n"
+        "task = PIPELINE_REGISTRY.supported_tasks['elmo-token-classification']\n"
+        "assert task['impl'] is elmo_hf.ElmoTokenClassificationPipeline\n"
+        "print('ok')\n"
+    )
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), HF_HUB_OFFLINE="1")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert done.stdout == "ok\n", done.stderr
+
+
+def test_the_parser_names_the_perplexity_protocols():
+    assert cli.PROTOCOLS == perplexity.PROTOCOLS

@@ -9,22 +9,7 @@ from huggingface_hub import hf_hub_download
 
 from elmo_hf import ElmoModel
 from elmo_hf.cli import main
-from elmo_hf.convert.published import BASE_URL_VARIABLE, PUBLISHED_MODELS, download, published_model
-
-
-@pytest.fixture
-def published_server(fixtures_dir, monkeypatch, loopback_only):
-    """Every published model's options and weights are the allennlp fixture pair, read from ../shared/fixtures."""
-    options = (fixtures_dir / "allennlp_elmo" / "options.json").read_bytes()
-    weights = (fixtures_dir / "allennlp_elmo" / "lm_weights.hdf5").read_bytes()
-    files = {}
-    for model in PUBLISHED_MODELS:
-        files[f"/elmo/{model.options_path}"] = options
-        files[f"/elmo/{model.weights_path}"] = weights
-    with FileServer(files) as server:
-        monkeypatch.setenv(BASE_URL_VARIABLE, server.url)
-        server.weights = weights
-        yield server
+from elmo_hf.convert.published import BASE_URL_VARIABLE, download, published_model
 
 
 def run_convert(arguments, capsys):
