@@ -419,6 +419,10 @@ def _embed(args, device):
         raise
     except (OSError, ValueError) as error:  # no such model, unreadable or contradictory files
         raise unloadable_model_error(args.model, error) from None
+    if args.dtype == "bfloat16" and embedder.model.device.type == "cpu":  # slow without bfloat16 instructions
+        from .model import cpu_kernels
+
+        cpu_kernels.warn_if_bfloat16_is_slow(lambda line: print(f"warning: --dtype bfloat16: {line}", file=sys.stderr))
     if args.quantize is not None:
         try:
             embedder.model.quantize_weights(args.quantize)

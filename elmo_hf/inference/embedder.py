@@ -82,7 +82,8 @@ class ElmoTokenCache(nn.Module):
     def table(self):
         """The encoder's output for every cached word `(entries, projection_dim)`, computed again when the encoder's
         weights differ from those it was computed with."""
-        return derived_copy(self, "table", list(self.character_encoder.parameters()), self._encode_entries)
+        sources = [*self.character_encoder.parameters(), *self.character_encoder.buffers()]  # int8 weights too
+        return derived_copy(self, "table", sources, self._encode_entries)
 
     def _encode_entries(self):
         with torch.no_grad():

@@ -66,6 +66,9 @@ class ElmoConfig(PreTrainedConfig):
             on a CPU, or under autograd) warns once and names the path used. A run-time choice, as transformers'
             `attn_implementation`: `save_pretrained` does not write it (set it after loading, or pass it to
             `from_pretrained`); a config.json that holds it is still read.
+        weight_quantization (str or None, defaults to None): "int8" when the checkpoint holds the LSTM's and the
+            highways' weights as int8 with one float32 scale per output row (`ElmoModel.quantize_weights`): the model
+            is then built with those int8 tensors in place of the float32 weights, for inference on a CPU.
 
     Task heads ([`ElmoForTokenClassification`], [`ElmoForSequenceClassification`]) read these fields; the biLM
     ignores them:
@@ -125,6 +128,7 @@ class ElmoConfig(PreTrainedConfig):
         num_sampled_negatives=8192,
         pretraining_dropout=0.0,
         lstm_implementation="auto",
+        weight_quantization=None,
         scalar_mix_initial_weights=None,
         scalar_mix_trainable=True,
         scalar_mix_do_layer_norm=False,
@@ -166,6 +170,7 @@ class ElmoConfig(PreTrainedConfig):
         self.num_sampled_negatives = num_sampled_negatives
         self.pretraining_dropout = pretraining_dropout
         self.lstm_implementation = lstm_implementation
+        self.weight_quantization = weight_quantization
         self.scalar_mix_initial_weights = scalar_mix_initial_weights
         self.scalar_mix_trainable = scalar_mix_trainable
         self.scalar_mix_do_layer_norm = scalar_mix_do_layer_norm
@@ -248,6 +253,11 @@ class ElmoConfig(PreTrainedConfig):
                 f"softmax), got {self.num_sampled_negatives!r}",
             )
         self.pretraining_dropout = _probability("pretraining_dropout", self.pretraining_dropout)
+        if self.weight_quantization not in (None, "int8"):
+            raise ElmoConfigFieldError(
+                "weight_quantization",
+                f"weight_quantization must be None or 'int8', got {self.weight_quantization!r}",
+            )
         if self.lstm_implementation not in LSTM_IMPLEMENTATIONS:
             raise ElmoConfigFieldError(
                 "lstm_implementation",

@@ -1,10 +1,11 @@
 """ELMo's CPU inference path: the same math as `modeling_elmo.py`, arranged to run fast without gradients.
 
-`ElmoModel.forward` runs `elmo_forward` below on the paths `"cpu_kernels"` and `"cpu_kernels_int8"` of `lstm_paths.py`
-(CPU, nothing needs a gradient, no dropout); the reference path of `modeling_elmo.py` reads like the paper, and
-`tests/model/test_kernels.py` and `tests/model/test_paths_differential.py` compare this path with it. Every derived copy
-of a weight (prepacked, int8, bfloat16, transposed) is kept under the one rule of `weight_cache.py`. Each trick below
-keeps the gain measured in `benchmarks/RESULTS.md`:
+`ElmoModel.forward` runs `elmo_forward` below on the paths `"cpu_kernels"` and `"cpu_kernels_int8"` of
+`lstm_paths.py` (CPU, nothing needs a gradient, no dropout); the reference path of `modeling_elmo.py` reads like the
+paper, and `tests/model/test_kernels.py` and `tests/model/test_paths_differential.py` compare this path with it. Every
+derived copy of a weight (prepacked float32 and bfloat16, packed int8 from a quantized model's own int8 weights,
+bfloat16, transposed) is kept under the one rule of `weight_cache.py`. Each trick below keeps the gain measured in
+`benchmarks/RESULTS.md`:
 
 - words run once per distinct word: the char CNN, highway, projection and the first LSTM layer's input gates
   depend on the word alone (48% of the words of the benchmark's batches are distinct, so that work halves);
@@ -49,6 +50,10 @@ def elmo_forward(model, input_ids, mask, lstm_states=None, token_cache=None):
         the token layer `(batch, words, projection_dim)`, the list of LSTM layers `(batch, words, 2 * projection_dim)`
         (0 at padded positions) and the final `(cell, hidden)` state.
     """
+    if model.encoder.weight_quantization is not None and model.dtype != torch.float32:
+        raise ValueError(f"int8 weights need a float32 model on a CPU, got {model.dtype}: call .float() first")
+    if model.dtype == torch.bfloat16:
+        warn_if_bfloat16_is_slow()
     # The character encoder runs once per distinct word of the batch (frequent words repeat a lot).
     distinct_words, distinct_index = distinct_rows(input_ids[mask])
     if token_cache is not None:
@@ -81,15 +86,8 @@ def encode_words_in_pieces(character_encoder, char_ids, weight_quantization=None
     token = torch.cat(
         [character_encoder.convolve(piece, filter_weights) for piece in chars.split(words_per_piece)]
     )  # (words, filters)
-    product = _int8_product if weight_quantization == "int8" else None
-    return character_encoder.highway_and_project(token, product=product)  # (words, projection_dim)
-
-
-def _int8_product(linear, inputs):
-    """`linear(inputs)` (an `nn.Linear`, bias included) with an int8 copy of its weight."""
-    return torch.ops.quantized.linear_dynamic(
-        inputs, _weight_copy(linear, "weight", "int8 linear"), _int8_reduce_range()
-    )
+    # Under "int8" the highways are `ElmoInt8Linear`s, which run their own int8 products.
+    return character_encoder.highway_and_project(token)  # (words, projection_dim)
 
 
 def bilstm_forward(encoder, word_embeddings, word_index, lengths, lstm_states=None):
@@ -160,7 +158,7 @@ def packed_layer_forward(
         batch_sizes (list of ints, one per step): rows still running at each step (a prefix of the batch).
         cell (`(2, batch, lstm_dim)`), hidden (`(2, batch, projection_dim)`): the initial state.
         zero_state (bool): the initial state is all zeros, so the first step has no recurrent term.
-        weight_quantization (None or "int8"): "int8" runs the per-step products with int8 copies of `U` and `P`
+        weight_quantization (None or "int8"): "int8" runs the per-step products with the int8 weights `U` and `P`
             (`ElmoModel.quantize_weights`; the caller quantizes the input products, `_input_gates`).
 
     Returns:
@@ -235,9 +233,9 @@ def _prepacked_products(layer, name, inputs, bias=None):
 
 
 def _int8_products(layer, name, inputs, plus=None, layout="int8"):
-    """`inputs @ weight` for both directions of `layer`'s weight `name` (`(2, in, out)`), from its int8 copy (with
-    `layout="int8 with bias"`, one that adds `layer.bias` itself), with `plus` (`(2, n, out)`) added when given:
-    `(2, n, in)` -> `(2, n, out)`."""
+    """`inputs @ weight` for both directions of `layer`'s int8 weight `name` (`name + "_int8"`, `(2, out, in)`),
+    packed (with `layout="int8 with bias"`, packed with `layer.bias`, which it adds), with `plus` (`(2, n, out)`)
+    added when given: `(2, n, in)` -> `(2, n, out)`."""
     reduce_range = _int8_reduce_range()
     weights = _weight_copy(layer, name, layout)
     if plus is None:
@@ -313,6 +311,34 @@ def _prepacked_products_apply(layer, gate_input):
     )
 
 
+def bfloat16_is_slow():
+    """Whether this CPU lacks bfloat16 products (no AVX512-BF16 or AMX, and no AVX-512 for oneDNN to emulate them: an
+    AVX2 CPU), where a bfloat16 model runs many times slower than float32 (`docs/speed.md`)."""
+    return not _onednn_bfloat16_available()
+
+
+_BFLOAT16_WARNED = []
+
+
+def bfloat16_warning():
+    """The one line that says a bfloat16 model is slow on this CPU, and what to use instead."""
+    return (
+        f"bfloat16 on this CPU (capability {torch.backends.cpu.get_cpu_capability()}, no bfloat16 instructions) runs "
+        "many times slower than float32: use float32, or int8 (quantize_weights('int8'), --quantize int8)"
+    )
+
+
+def warn_if_bfloat16_is_slow(report=None):
+    """Warn once per process, in one line, when a bfloat16 model runs on a CPU without bfloat16 products (through
+    `report(line)` when given, e.g. the command line's stderr; else `warnings.warn`)."""
+    if not _BFLOAT16_WARNED and bfloat16_is_slow():
+        _BFLOAT16_WARNED.append(True)
+        if report is not None:
+            report(bfloat16_warning())
+        else:
+            warnings.warn(bfloat16_warning(), stacklevel=4)
+
+
 @functools.cache
 def _onednn_bfloat16_available():
     """Whether oneDNN computes bfloat16 products on this CPU (AVX-512 BF16, AMX, or their emulation on AVX-512):
@@ -346,20 +372,32 @@ def onednn_products_available():
 
 def _weight_copy(layer, name, layout):
     r"""
-    A copy of the weight `name` (`(2, in, out)`) of `layer` laid out for the per-step products: `"onednn"`, oneDNN's
-    prepacked layout, one tensor per direction; `"int8"`, one packed int8 weight per direction
-    (`_int8_linear_weight`), and `"int8 with bias"` the same with the direction's row of `layer.bias` packed in;
-    `"int8 linear"`, an `nn.Linear`'s `(out, in)` weight and bias, packed; `"bfloat16"`, a bfloat16 copy of any
-    weight; `"transposed"`, `(2, out, in)`.
+    A copy of the weight `name` of `layer` laid out for the per-step products: `"onednn"`, oneDNN's prepacked layout
+    of a `(2, in, out)` float weight, one tensor per direction; `"bfloat16"`, a bfloat16 copy of any weight;
+    `"transposed"`, `(2, out, in)`. From the int8 state of a quantized model (`name + "_int8"`, `(..., out, in)`, and
+    `name + "_scale"`, `(..., out)`: `ElmoModel.quantize_weights`): `"int8"`, one weight per direction packed for
+    `torch.ops.quantized.linear_dynamic` (`_int8_packed`), `"int8 with bias"` the same with the direction's row of
+    `layer.bias` packed in, and `"int8 linear"` an `ElmoInt8Linear`'s weight with its bias.
 
-    Made on first use and kept under `weight_cache.py`'s rule: made again whenever the weight's (or the packed
-    bias's) values, dtype, shape or device differ from those it was made from, however they were changed. Each copy
-    costs the weight's size in memory.
+    Made on first use and kept under `weight_cache.py`'s rule: made again whenever the values, dtype, shape or
+    device of a tensor it was made from (the weight, or the int8 values, their scales and the packed bias) differ
+    from those it was made from, however they were changed. Each copy costs the weight's size in memory.
     """
-    weight = getattr(layer, name)
-    bias = getattr(layer, "bias", None) if layout in ("int8 linear", "int8 with bias") else None
     if layout not in _LAYOUTS:
         raise ValueError(f"weight layout {layout!r}: expected one of {', '.join(map(repr, _LAYOUTS))}")
+    if layout.startswith("int8"):
+        values, scales = getattr(layer, f"{name}_int8"), getattr(layer, f"{name}_scale")
+        bias = None if layout == "int8" else layer.bias
+
+        def build_int8():
+            if layout == "int8 linear":
+                return _int8_packed(values, scales, bias)
+            rows = (None, None) if bias is None else bias
+            return tuple(_int8_packed(*direction) for direction in zip(values, scales, rows))
+
+        sources = (values, scales) if bias is None else (values, scales, bias)
+        return derived_copy(layer, (name, layout), sources, build_int8)
+    weight = getattr(layer, name)
 
     def build():
         values = weight.detach()
@@ -367,36 +405,53 @@ def _weight_copy(layer, name, layout):
             # (in, out) -> oneDNN's layout for `x @ weight`, tuned for batches of ~32 rows.
             reorder = torch.ops.mkldnn._reorder_linear_weight
             return tuple(reorder(direction.t().contiguous(), 32) for direction in values)
-        if layout == "int8 linear":  # an nn.Linear's (out, in) weight and its bias
-            return _int8_linear_weight(values.float(), bias)
-        if layout == "int8":
-            return tuple(_int8_linear_weight(direction.t()) for direction in values.float())
-        if layout == "int8 with bias":  # and each direction's row of the layer's bias `(2, out)`
-            return tuple(_int8_linear_weight(w.t(), row) for w, row in zip(values.float(), bias))
         if layout == "bfloat16":
             return values.bfloat16()
         return values.transpose(1, 2).contiguous()  # "transposed": (2, out, in)
 
-    sources = (weight,) if bias is None else (weight, bias)
-    return derived_copy(layer, (name, layout), sources, build)
+    return derived_copy(layer, (name, layout), (weight,), build)
 
 
 _LAYOUTS = ("onednn", "int8", "int8 linear", "int8 with bias", "bfloat16", "transposed")
+# The copies of float weights, which a model quantized in place no longer reads (`ElmoModel.quantize_weights`).
+FLOAT_LAYOUTS = ("onednn", "bfloat16", "transposed")
 
 
-def _int8_linear_weight(weight, bias=None):
+def quantize_rows(weight):
     r"""
-    `weight` `(out, in)` as int8 with one scale per output row (symmetric: `weight ~ scale * int8`, the largest
-    magnitude of each row at 127), packed for `torch.ops.quantized.linear_dynamic`. That operator quantizes its input
-    to uint8 on the fly (one scale per call; 7 bits where the CPU needs it: `_int8_reduce_range`), multiplies in
-    integers and returns float32.
+    `weight` `(..., out, in)` as int8 with one scale per output row: symmetric, `weight ~ scale * int8`, the largest
+    magnitude of each row at 127 (every value within half a step of its row's scale).
+
+    Returns:
+        the int8 values `(..., out, in)` and the float32 scales `(..., out)`.
     """
-    scales = (weight.abs().amax(dim=1) / 127).clamp_min(1e-12).double()  # (out,)
-    zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
-    with warnings.catch_warnings():  # PyTorch announces that quantized tensors will move to torchao
+    weight = weight.detach().float()
+    scales = (weight.abs().amax(dim=-1) / 127).clamp_min(1e-12)  # (..., out)
+    values = torch.round(weight / scales.unsqueeze(-1)).clamp_(-127, 127).to(torch.int8)
+    return values.contiguous(), scales.contiguous()
+
+
+def _int8_packed(values, scales, bias=None):
+    r"""
+    int8 `values` `(out, in)` with their `scales` `(out,)` (and `bias` `(out,)`), packed for
+    `torch.ops.quantized.linear_dynamic` (fbgemm's int8 GEMM, the fastest int8 product on the CPUs measured:
+    `docs/speed.md`). That operator quantizes its input to uint8 on the fly (one scale per call; 7 bits where the
+    CPU needs it: `_int8_reduce_range`), multiplies in integers and returns float32. The values are wrapped as they
+    are (`_make_per_channel_quantized_tensor`, no rounding: the model's int8 state is the weight), so a saved and
+    reloaded model computes the same bits.
+    """
+    zero_points = torch.zeros(values.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():  # torch marks quantized tensors deprecated; the packing needs one (speed.md)
         warnings.simplefilter("ignore", UserWarning)
-        quantized = torch.quantize_per_channel(weight.contiguous(), scales, zero_points, axis=0, dtype=torch.qint8)
-    return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float())
+        weight = torch._make_per_channel_quantized_tensor(values.contiguous(), scales.double(), zero_points, 0)
+    return torch.ops.quantized.linear_prepack(weight, None if bias is None else bias.detach().float())
+
+
+def int8_linear(linear, inputs):
+    """`linear(inputs)` for an `ElmoInt8Linear` (its int8 weight, scales and float bias): `(n, in)` -> `(n, out)`."""
+    return torch.ops.quantized.linear_dynamic(
+        inputs, _weight_copy(linear, "weight", "int8 linear"), _int8_reduce_range()
+    )
 
 
 @functools.cache

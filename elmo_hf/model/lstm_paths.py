@@ -146,8 +146,9 @@ def resolve_lstm_path(
     if weight_quantization is not None and (implementation == "reference" or not cpu_kernels):
         raise ValueError(
             f"weights quantized to {weight_quantization} run only on a CPU, without gradients, dropout or "
-            f"lstm_implementation='reference' (got device {device_type}, lstm_implementation={implementation!r}); "
-            "call quantize_weights(None) first"
+            f"lstm_implementation='reference': they are for inference (got device {device_type}, grad mode "
+            f"{'on' if needs_grad else 'off'}, lstm_implementation={implementation!r}); train the float32 model "
+            "(quantize_weights(None) gives float32 weights from the int8 ones)"
         )
 
     def automatic():

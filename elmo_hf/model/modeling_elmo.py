@@ -31,20 +31,75 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .char_ids import char_ids_to_word, distinct_rows
 from .configuration_elmo import ElmoConfig
-from .cpu_kernels import gather_words, int8_products_available, reverse_words_index
+from .cpu_kernels import (
+    FLOAT_LAYOUTS,
+    gather_words,
+    int8_linear,
+    int8_products_available,
+    quantize_rows,
+    reverse_words_index,
+)
 from .cuda_kernels import fused_layer_forward
 from .lstm_cell import clip, lstm_cell_step
 from .lstm_paths import ALL_LSTM_FUNCTIONS, lstm_path, reference_lstm_forward
 from .lstm_training_kernel import bilstm_training_forward
+from .weight_cache import drop_copies
+
+
+class ElmoInt8Linear(nn.Module):
+    r"""
+    A linear layer whose weight is int8 with one float32 scale per output row (`weight ~ weight_scale * weight_int8`,
+    `ElmoModel.quantize_weights`), and a float32 bias; its product quantizes the input on the fly (`cpu_kernels.py`).
+    For inference on a CPU: it has no gradient.
+
+    Args:
+        in_features (int), out_features (int): as `nn.Linear`'s.
+    """
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.register_buffer("weight_int8", torch.zeros(out_features, in_features, dtype=torch.int8))
+        self.register_buffer("weight_scale", torch.zeros(out_features))
+        self.bias = nn.Parameter(torch.zeros(out_features))
+
+    @classmethod
+    def from_linear(cls, linear):
+        """The int8 form of the `nn.Linear` `linear` (its float weight is not kept)."""
+        quantized = cls(linear.in_features, linear.out_features)
+        quantized.weight_int8, quantized.weight_scale = quantize_rows(linear.weight)
+        quantized.bias = nn.Parameter(linear.bias.detach().float(), requires_grad=linear.bias.requires_grad)
+        return quantized
+
+    def to_linear(self):
+        """An `nn.Linear` holding the dequantized weight (`weight_scale * weight_int8`) and the bias."""
+        linear = nn.Linear(self.weight_int8.shape[1], self.weight_int8.shape[0])
+        linear.weight = nn.Parameter(self.weight_int8.float() * self.weight_scale.unsqueeze(1))
+        linear.bias = nn.Parameter(self.bias.detach().clone())
+        return linear
+
+    def forward(self, x):
+        """x `(n, in_features)` float32 -> `(n, out_features)`."""
+        return int8_linear(self, x)
 
 
 class ElmoHighway(nn.Module):
-    """One highway layer: `gate * relu(transform(x)) + (1 - gate) * x`, with `gate = sigmoid(gate(x))`."""
+    """One highway layer: `gate * relu(transform(x)) + (1 - gate) * x`, with `gate = sigmoid(gate(x))`. With
+    `int8`, its two products hold int8 weights (`ElmoInt8Linear`)."""
 
-    def __init__(self, dim):
+    def __init__(self, dim, int8=False):
         super().__init__()
-        self.transform = nn.Linear(dim, dim)
-        self.gate = nn.Linear(dim, dim)
+        linear = ElmoInt8Linear if int8 else nn.Linear
+        self.transform = linear(dim, dim)
+        self.gate = linear(dim, dim)
+
+    def quantize_(self, mode):
+        """Hold the two products' weights as int8 (`mode="int8"`) or as float32 (None, dequantized)."""
+        for name in ("transform", "gate"):
+            linear = getattr(self, name)
+            if mode == "int8" and isinstance(linear, nn.Linear):
+                setattr(self, name, ElmoInt8Linear.from_linear(linear))
+            elif mode is None and isinstance(linear, ElmoInt8Linear):
+                setattr(self, name, linear.to_linear())
 
     def forward(self, x, product=None):
         """x `(words, dim)` -> `(words, dim)`. `product(linear, x)`, when given, computes `linear(x)` another way (the
@@ -67,7 +122,10 @@ class ElmoCharacterEncoder(nn.Module):
             nn.Conv1d(config.char_embedding_dim, count, kernel_size=width) for width, count in config.filters
         )
         self.activation = torch.relu if config.activation == "relu" else torch.tanh
-        self.highways = nn.ModuleList(ElmoHighway(config.num_filters) for _ in range(config.num_highway_layers))
+        int8 = getattr(config, "weight_quantization", None) == "int8"
+        self.highways = nn.ModuleList(
+            ElmoHighway(config.num_filters, int8=int8) for _ in range(config.num_highway_layers)
+        )
         self.word_embedding = (
             nn.Embedding(config.word_embedding_vocab_size, config.word_embedding_dim, padding_idx=0)
             if config.word_embedding_dim
@@ -157,17 +215,54 @@ class ElmoBiLstmLayer(nn.Module):
         proj_clip (float or None): clip of the projected output.
     """
 
-    def __init__(self, input_dim, lstm_dim, projection_dim, cell_clip, proj_clip):
+    def __init__(self, input_dim, lstm_dim, projection_dim, cell_clip, proj_clip, weight_quantization=None):
         super().__init__()
         # Weights in the (in, out) layout of `x @ weight`: every product reads them as stored, where a transposed
         # view would make the small per-step products several times slower (or cost a copy per call).
-        self.input_weight = nn.Parameter(torch.empty(2, input_dim, 4 * lstm_dim))  # W
-        self.recurrent_weight = nn.Parameter(torch.empty(2, projection_dim, 4 * lstm_dim))  # U
-        self.bias = nn.Parameter(torch.empty(2, 4 * lstm_dim))  # b
-        self.projection_weight = nn.Parameter(torch.empty(2, lstm_dim, projection_dim))  # P
+        shapes = {  # (2, in, out)
+            "input_weight": (2, input_dim, 4 * lstm_dim),  # W
+            "recurrent_weight": (2, projection_dim, 4 * lstm_dim),  # U
+            "projection_weight": (2, lstm_dim, projection_dim),  # P
+        }
+        for name, shape in shapes.items():
+            if name == "projection_weight":  # (the parameters' order of the float32 layer: W, U, b, P)
+                self.bias = nn.Parameter(torch.empty(2, 4 * lstm_dim))  # b
+            if weight_quantization == "int8":  # `quantize_`: (2, out, in) int8 and (2, out) scales
+                self.register_buffer(f"{name}_int8", torch.zeros(2, shape[2], shape[1], dtype=torch.int8))
+                self.register_buffer(f"{name}_scale", torch.zeros(2, shape[2]))
+            else:
+                self.register_parameter(name, nn.Parameter(torch.empty(shape)))
         # Floats (or None) for `lstm_cell_step`, also under `torch.jit.script` (config files may hold integers).
         self.cell_clip = None if cell_clip is None else float(cell_clip)
         self.proj_clip = None if proj_clip is None else float(proj_clip)
+
+    WEIGHTS = ("input_weight", "recurrent_weight", "projection_weight")
+
+    @property
+    def weight_quantization(self):
+        """ "int8" when the layer holds its weights as int8 (`quantize_`), else None."""
+        return "int8" if "input_weight_int8" in self._buffers else None
+
+    def quantize_(self, mode):
+        r"""
+        Hold W, U and P as int8 with one float32 scale per output row (`mode="int8"`: buffers `input_weight_int8`
+        `(2, out, in)` and `input_weight_scale` `(2, out)`, ...; the float32 parameters are dropped), or as float32
+        parameters again (None: the dequantized values `scale * int8`, not the weights quantized from). The bias
+        stays float32.
+        """
+        if mode == self.weight_quantization:
+            return
+        for name in self.WEIGHTS:
+            if mode == "int8":
+                values, scales = quantize_rows(self._parameters.pop(name).transpose(1, 2))
+                self.register_buffer(f"{name}_int8", values)
+                self.register_buffer(f"{name}_scale", scales)
+            else:
+                values, scales = self._buffers.pop(f"{name}_int8"), self._buffers.pop(f"{name}_scale")
+                weight = (values.float() * scales.unsqueeze(-1)).transpose(1, 2).contiguous()
+                if name == "projection_weight":  # the float32 layer's order: W, U, b, P
+                    self.register_parameter("bias", self._parameters.pop("bias"))
+                self.register_parameter(name, nn.Parameter(weight))
 
     def input_gates(self, inputs):
         """Each direction's input share of the gates, `x W + b`: `(2, n, input_dim)` -> `(2, n, 4 * lstm_dim)`."""
@@ -206,15 +301,23 @@ class ElmoBiLstm(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(
             ElmoBiLstmLayer(
-                config.projection_dim, config.lstm_dim, config.projection_dim, config.cell_clip, config.proj_clip
+                config.projection_dim,
+                config.lstm_dim,
+                config.projection_dim,
+                config.cell_clip,
+                config.proj_clip,
+                weight_quantization=getattr(config, "weight_quantization", None),
             )
             for _ in range(config.num_lstm_layers)
         )
         self.use_skip_connections = config.use_skip_connections
         self.lstm_dim = config.lstm_dim
         self.projection_dim = config.projection_dim
-        # A run-time choice, not part of the checkpoint: `ElmoModel.quantize_weights`.
-        self.weight_quantization = None
+
+    @property
+    def weight_quantization(self):
+        """ "int8" when the layers hold int8 weights (`ElmoModel.quantize_weights`), else None."""
+        return self.layers[0].weight_quantization if len(self.layers) else None
 
     # Set by `ElmoPreTrainedModel.gradient_checkpointing_enable` (transformers' `_set_gradient_checkpointing`).
     gradient_checkpointing = False
@@ -858,6 +961,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
                     init.normal_(conv.weight, 0.0, math.sqrt(1.0 / (width * self.config.char_embedding_dim)))
                 init.zeros_(conv.bias)
             for highway in module.highways:
+                if isinstance(highway.gate, ElmoInt8Linear):
+                    continue  # int8 weights come from their checkpoint
                 std = math.sqrt(1.0 / self.config.num_filters)
                 init.normal_(highway.transform.weight, 0.0, std)
                 init.zeros_(highway.transform.bias)
@@ -866,6 +971,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
             if module.projection is not None:
                 init.normal_(module.projection.weight, 0.0, math.sqrt(1.0 / self.config.num_filters))
                 init.zeros_(module.projection.bias)
+        elif isinstance(module, ElmoBiLstmLayer) and module.weight_quantization is not None:
+            return  # int8 weights come from their checkpoint
         elif isinstance(module, ElmoBiLstmLayer):
             input_dim, four_lstm_dim = module.input_weight.shape[1:]
             bound = math.sqrt(6.0 / (input_dim + module.recurrent_weight.shape[1] + four_lstm_dim))
@@ -901,6 +1008,13 @@ class ElmoPreTrainedModel(PreTrainedModel):
           silently re-initialised weights. `ignore_mismatched_sizes=True` still allows other shapes in heads.
         - a corrupt weight file is an error naming it.
         """
+        quantization_config = kwargs.get("quantization_config")
+        if quantization_config is not None:
+            raise ValueError(
+                f"quantization_config={type(quantization_config).__name__}(...) cannot quantize ELMo's LSTM (its "
+                "weights are not nn.Linear layers): load the float32 model and call quantize_weights('int8') (then "
+                "save_pretrained writes an int8 checkpoint that loads as int8)"
+            )
         if kwargs.get("use_safetensors") is False:
             raise ValueError(
                 "ELMo checkpoints load from safetensors only (pickle files can run code): drop use_safetensors=False"
@@ -1025,6 +1139,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
         name only (its path means nothing on another machine), for the model card's `base_model`."""
         source = os.fspath(name_or_path)
         self.config.bilm_name_or_path = os.path.basename(os.path.normpath(source)) if os.path.isdir(source) else source
+
+    def quantize_weights(self, mode="int8"):
+        """`ElmoModel.quantize_weights` on this model's biLM (a head's or the language model's); returns the model."""
+        self.elmo.quantize_weights(mode)
+        self._apply_frozen_parameters()
+        return self
 
     # Whether `config.freeze_bilm` applies: a task head's setting. The language model trains its own biLM.
     _head_over_a_bilm = False
@@ -1189,23 +1309,27 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def quantize_weights(self, mode="int8"):
         r"""
-        Run the large products with int8 weights, one scale per output row, and inputs quantized on the fly: the
-        LSTM's (the per-step recurrent and projection ones, about 90% of the weight bytes streamed per word, and the
-        input ones) and the highways'. For one sentence at a time on a CPU, where those products are memory-bound,
-        and for batches. The character CNN's convolutions run in bfloat16 where oneDNN computes it (int8 is no faster
-        on them), in float32 elsewhere; the token projection stays float32. A run-time choice: the
-        parameters and any saved checkpoint stay float32, and `quantize_weights(None)` goes back to exact float32.
-        Inference on a CPU only, with a float32 model (`docs/speed.md` gives the speed and the deviation from
-        float32).
+        Hold the large weights as int8, one float32 scale per output row, in place of their float32 values: the
+        LSTM's W, U and P (`ElmoBiLstmLayer.quantize_`) and the highways' (`ElmoInt8Linear`). Their products run in
+        int8 with inputs quantized on the fly, for one sentence at a time on a CPU, where they are memory-bound, and
+        for batches; the character CNN's convolutions run in bfloat16 where oneDNN computes it (int8 is no faster on
+        them), in float32 elsewhere; the token projection and the biases stay float32. The int8 tensors are the
+        model's state: the float32 weights are freed, `save_pretrained` writes the int8 tensors and
+        `config.weight_quantization = "int8"`, and `from_pretrained` of that folder builds the int8 model directly.
+        For inference on a CPU, with a float32 model (`docs/speed.md` gives the speed and the deviation from
+        float32); a forward that needs gradients is refused.
 
         Args:
-            mode (str or None, defaults to "int8"): "int8", or None for float32.
+            mode (str or None, defaults to "int8"): "int8", or None for float32 parameters holding the dequantized
+                weights (`scale * int8`: not the float32 weights quantized from; reload those for exact float32).
 
         Returns:
             the model.
         """
         if mode not in (None, "int8"):
             raise ValueError(f"quantize_weights mode must be 'int8' or None, got {mode!r}")
+        if mode == self.encoder.weight_quantization:
+            return self
         if mode == "int8":
             if not int8_products_available():
                 raise ValueError(
@@ -1214,7 +1338,13 @@ class ElmoModel(ElmoPreTrainedModel):
                 )
             if self.dtype != torch.float32 or self.device.type != "cpu":
                 raise ValueError(f"int8 weights need a float32 model on a CPU, got {self.dtype} on {self.device}")
-        self.encoder.weight_quantization = mode
+        for layer in self.encoder.layers:
+            layer.quantize_(mode)
+            if mode == "int8":  # the float32 weights' copies are no longer read: free them with the weights
+                drop_copies(layer, [(name, layout) for name in layer.WEIGHTS for layout in FLOAT_LAYOUTS])
+        for highway in self.character_encoder.highways:
+            highway.quantize_(mode)
+        self.config.weight_quantization = mode
         return self
 
     def word_mask(self, input_ids, attention_mask=None):

@@ -1,9 +1,10 @@
 """Derived copies of weights, and the one rule that keeps every one of them fresh.
 
 The fast paths compute with copies of the parameters laid out for their products: oneDNN-prepacked float32 and
-bfloat16 weights, int8 weights, bfloat16 copies of the character CNN's filters, an `(out, in)` copy of the
-projection (`cpu_kernels.py`), and the table of an `ElmoTokenCache` (`embedder.py`). Every such copy is made and
-found through `derived_copy`, and `derived_copy` hands out a copy only under this rule:
+bfloat16 weights, fbgemm-packed int8 weights (from a quantized model's own int8 weights and scales), bfloat16 copies
+of the character CNN's filters, an `(out, in)` copy of the projection (`cpu_kernels.py`), and the table of an
+`ElmoTokenCache` (`embedder.py`). Every such copy is made and found through `derived_copy`, and `derived_copy`
+hands out a copy only under this rule:
 
 **A copy is used only if the tensors it was made from have, at the first use of the copy in the current forward
 pass, the same dtype, shape and device as when it was made, and the same content fingerprint.**
@@ -34,11 +35,11 @@ Why this is sound:
   `weights_held` extends one pass over several forwards for code that runs them back to back with nothing in
   between that could write a weight (`ElmoEmbedder`'s calls: its batches run inside one call, in this thread).
 
-The cost: one read of each weight that has a copy, once per forward pass. The copies
-are read once per word or step, so the check is a small share of a batch's work; for a single short sentence it is
-not (int8 reads the float32 weights it was quantized from), which is why `ElmoEmbedder` runs each call's batches
-inside one `weights_held` block (`benchmarks/RESULTS.md` gives the cost per mode). A call outside any forward pass
-checks at every call.
+The cost: one read of each weight that has a copy, once per forward pass. The copies are read once per word or step,
+so the check is a small share of a batch's work; for a single short sentence it is a larger one (a quantized model's
+check reads its int8 weights, a byte a weight), which is why `ElmoEmbedder` runs each call's batches inside one
+`weights_held` block (`benchmarks/RESULTS.md` gives the cost per mode). A call outside any forward pass checks at
+every call.
 
 The copies are kept by owner (a module) in a weak mapping: they go with the module, and copying, saving or moving a
 model never meets them.
@@ -150,3 +151,11 @@ def derived_copy(owner, key, sources, build):
     copy = build()
     copies[key] = _Entry(copy, description, fingerprints, current_pass)
     return copy
+
+
+def drop_copies(owner, keys):
+    """Forget `owner`'s copies `keys` (those a change of the model's layout left unread, e.g. the float32 weights'
+    copies once the weights are int8: `ElmoModel.quantize_weights`)."""
+    copies = _COPIES.get(owner, {})
+    for key in keys:
+        copies.pop(key, None)

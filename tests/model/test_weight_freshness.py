@@ -15,8 +15,20 @@ ATOL = 1e-5
 
 
 def other_weights(model, seed):
-    """Another model's state (the same shapes and dtype), far from `model`'s."""
-    return {name: value.to(model.dtype) for name, value in tiny_model(seed=seed).state_dict().items()}
+    """Another model's state (the same shapes, dtypes and int8 tensors or not), far from `model`'s."""
+    other = tiny_model(seed=seed).quantize_weights(model.encoder.weight_quantization)
+    return {
+        name: value.to(model.dtype) if value.is_floating_point() else value
+        for name, value in other.state_dict().items()
+    }
+
+
+def blend(tensor, value):
+    """`tensor` halfway to `value` in place, through `.data` (int8 tensors rounded)."""
+    if tensor.is_floating_point():
+        tensor.data.mul_(0.5).add_(value, alpha=0.5)
+    else:
+        tensor.data.copy_(((tensor.float() + value.float()) / 2).round())
 
 
 def adamw(**options):
@@ -34,15 +46,16 @@ def adamw(**options):
 
 
 def data_copy(model):
+    """Every tensor of the state (the int8 weights and scales too) written through `.data`."""
     with torch.no_grad():
-        for parameter, value in zip(model.parameters(), other_weights(model, 11).values()):
-            parameter.data.copy_(value)
+        for name, value in other_weights(model, 11).items():
+            model.state_dict(keep_vars=True)[name].data.copy_(value)
 
 
 def exponential_moving_average(model):
     with torch.no_grad():
-        for parameter, value in zip(model.parameters(), other_weights(model, 12).values()):
-            parameter.data.mul_(0.5).add_(value, alpha=0.5)
+        for name, value in other_weights(model, 12).items():
+            blend(model.state_dict(keep_vars=True)[name], value)
 
 
 def load_state_dict(model):
@@ -110,9 +123,11 @@ def layers(model, input_ids):
 
 
 def fresh_copy(model, mode):
-    """A new model of `model`'s weights, in the same mode."""
+    """A new model of `model`'s weights (its int8 ones when quantized), in the same mode."""
     fresh = ElmoModel(model.config)
-    fresh.load_state_dict({name: value.float() for name, value in model.state_dict().items()})
+    fresh.load_state_dict(
+        {name: value.float() if value.is_floating_point() else value for name, value in model.state_dict().items()}
+    )
     return prepared(fresh.eval(), mode)
 
 
@@ -126,8 +141,8 @@ def test_the_next_forward_uses_the_new_weights(update, mode):
     input_ids, _ = random_batch(torch.Generator().manual_seed(2), batch, 6, model.config.max_characters_per_token)
     before = layers(model, input_ids)  # builds the derived copies
     UPDATES[update](model)
-    if mode == "int8":  # updates that move through other dtypes leave the model float32 again
-        assert model.dtype == torch.float32
+    if mode == "int8":  # updates that move through other dtypes, or through float32 training, leave it int8 again
+        assert model.dtype == torch.float32 and model.encoder.weight_quantization == "int8"
     after = layers(model, input_ids)
     expected = layers(fresh_copy(model, mode), input_ids)
     torch.testing.assert_close(after, expected, rtol=0, atol=ATOL)
@@ -162,6 +177,22 @@ def test_the_token_cache_follows_the_character_encoders_weights():
         after = model(input_ids, token_cache=cache).last_hidden_state
         uncached = model(input_ids).last_hidden_state
     torch.testing.assert_close(after, uncached, rtol=0, atol=ATOL)
+    assert (after - before).abs().max() > 100 * ATOL
+
+
+@pytest.mark.skipif(not cpu_kernels.int8_products_available(), reason="no int8 engine in this PyTorch")
+def test_the_token_cache_follows_an_int8_highways_weights():
+    """A write to the int8 weights of a quantized model's highways alone (no parameter changes)."""
+    model = tiny_model(seed=6).quantize_weights("int8").eval()
+    input_ids, _ = random_batch(torch.Generator().manual_seed(7), 4, 6, model.config.max_characters_per_token)
+    cache = ElmoTokenCache(model.character_encoder, input_ids.flatten(0, 1)[:10])
+    with torch.no_grad():
+        before = model(input_ids, token_cache=cache).last_hidden_state
+        model.character_encoder.highways[0].transform.weight_int8.neg_()
+        after = model(input_ids, token_cache=cache).last_hidden_state
+        new_cache = ElmoTokenCache(model.character_encoder, input_ids.flatten(0, 1)[:10])
+        expected = model(input_ids, token_cache=new_cache).last_hidden_state  # (the uncached CNN runs in bfloat16)
+    torch.testing.assert_close(after, expected, rtol=0, atol=ATOL)
     assert (after - before).abs().max() > 100 * ATOL
 
 
