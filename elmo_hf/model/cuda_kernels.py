@@ -9,12 +9,13 @@ products. Here a step is four kernels, both directions at once:
 2. `cell_step_kernel`: the cell `c_t` and the memory `m_t` of `lstm_cell_step`, with the cell clip, and `c_t`
    written only for the rows still running (padding keeps its state);
 3. `m_t P` (cuBLAS) as `projection_splits` products over slices of the cell's columns: one product with few rows
-   and a long inner dimension ran at 1.7 TFLOP/s on an H200 at 32 rows, sixteen at 12.2;
+   and a long inner dimension runs at a small fraction of the GPU's rate, several shorter ones in one batched product
+   much faster;
 4. `hidden_step_kernel`: the sum of those shares, the projection clip, `h_t` kept for the running rows, and the
    output (0 at padding) written into the layer's output.
 
-On an H200 (medium size, float32, inside the graphs) this made sorted batches of 32 1.15x and single sentences
-1.43x faster than the graphs of the reference step (benchmarks/RESULTS.md).
+Fewer launches make the graphs of the fused step faster than those of the reference step, most for single
+sentences; benchmarks/RESULTS.md ("Inference on a GPU") gives the figures and their command.
 
 The kernels are written in Triton, which comes with PyTorch's CUDA wheels (`triton_lstm_kernels.py`, imported at
 the first use of the fused step); they compute in float32 whatever the

@@ -16,7 +16,7 @@ whose backward:
 It is the same arithmetic: the outputs differ from the reference only by rounding, the gradients only by summation
 order (`tests/model/test_lstm_training_kernel.py` compares both in float64). `ElmoBiLstm.forward` uses it whenever a
 gradient is recorded (`config.lstm_implementation` "auto" or "packed"); `benchmarks/benchmark_training.py` measures
-it (RESULTS.md, "Training on packed steps").
+it (benchmarks/RESULTS.md, "Training the biLM on a CPU").
 """
 
 from __future__ import annotations
@@ -199,16 +199,16 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         four_lstm_dim = input_weight.shape[-1]
         lstm_dim = four_lstm_dim // 4
         # Each step is `modeling_elmo.lstm_cell_step` (the one definition of the cell), fused in place: written as a
-        # call to it, allocating its results at every step, the forward ran 8% slower and the whole recurrence 6%
-        # (AMD EPYC, shipped size, batch 64), and its activations would have to be recomputed for the backward.
+        # call to it, the forward would allocate its results at every step and its activations would have to be
+        # recomputed for the backward (benchmarks/benchmark_training.py measures the recurrence).
         # tests/model/test_lstm_training_kernel.py holds this forward and its backward to autograd through that
         # function.
         # Kept for the backward: the gate activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) side by side,
         # written over the gate inputs; the cell before and after its clip; the projection before and after its clip
         # (the output).
-        # tanh(x) = 2 sigmoid(2 x) - 1 throughout: PyTorch's CPU tanh ran 5.5x slower than its sigmoid (AMD EPYC,
-        # AVX-512, torch 2.13). With the candidate's pre-activation doubled (its columns of W, b and U, in copies),
-        # one sigmoid covers the four gates.
+        # tanh(x) = 2 sigmoid(2 x) - 1 throughout: PyTorch's CPU tanh is several times slower than its sigmoid. With
+        # the candidate's pre-activation doubled (its columns of W, b and U, in copies), one sigmoid covers the four
+        # gates.
         candidate = slice(2 * lstm_dim, 3 * lstm_dim)
         doubled_input_weight, doubled_bias, doubled_recurrent_weight = (
             input_weight.clone(),

@@ -1,8 +1,8 @@
 """The biLM's training step on static shapes, replayed from a CUDA graph per bucketed batch shape.
 
 On a GPU the eager training step is bound by kernel launches: the packed recurrence launches a dozen small kernels
-per step and layer, forward and backward, and the host's checks and index tables add syncs (H200, shipped shape:
-13.2 ms of kernels in 103.5 ms of wall time, 3,235 kernels per step; benchmarks/RESULTS.md). `PreTrainingStep` runs
+per step and layer, forward and backward, and the host's checks and index tables add syncs (benchmarks/RESULTS.md,
+"Training the biLM on a GPU", gives the profile and its command). `PreTrainingStep` runs
 `ElmoForPreTraining`'s loss, its backward and the gradient clipping with no host sync and no data-dependent shape, on
 a batch padded to its bucket (rows to a power of two, words to a multiple of `WORD_BUCKET`), so that on a CUDA device
 each bucket is captured once as a CUDA graph and replayed with one launch; elsewhere the same code runs eagerly (the
