@@ -275,10 +275,32 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     def convert_tokens_to_string(self, tokens: Iterable[str]) -> str:
         return " ".join(tokens)
 
+    def decode(  # type: ignore[override]  # a word's id is a row of character ids
+        self,
+        token_ids: Sequence[int]
+        | Sequence[Sequence[int]]
+        | Sequence[Sequence[Sequence[int]]]
+        | np.ndarray
+        | torch.Tensor,
+        skip_special_tokens: bool = False,
+        **kwargs: Any,
+    ) -> str | list[str]:
+        """The text behind character ids: one word's row `(chars,)` -> the word, a sentence's rows `(words, chars)` ->
+        its words joined by spaces, a batch `(batch, words, chars)` -> one such string per sentence (transformers'
+        `decode` reads ids one level less deep: a sentence's rows would be a batch of words)."""
+        rows = to_py_obj(token_ids)
+        if isinstance(rows, list) and any(isinstance(row, list) and row and isinstance(row[0], list) for row in rows):
+            return [self._decode(sentence, skip_special_tokens) for sentence in rows]
+        return self._decode(rows, skip_special_tokens)
+
     def _decode(  # type: ignore[override]  # a word's id is a row of character ids
         self, token_ids: Sequence[int] | Sequence[Sequence[int]], skip_special_tokens: bool = False, **kwargs: Any
     ) -> str:
-        return self.convert_tokens_to_string(self.convert_ids_to_tokens(token_ids, skip_special_tokens))
+        tokens = self.convert_ids_to_tokens(token_ids, skip_special_tokens)
+        if isinstance(tokens, str):  # one word's row: the word itself, not its characters
+            special = skip_special_tokens and tokens in (self.bos_token, self.eos_token)
+            tokens = [] if special else [tokens]
+        return self.convert_tokens_to_string(tokens)
 
     def _word_to_char_ids(self, word: str) -> tuple[int, ...]:
         if self.char_lexicon is None:
