@@ -13,7 +13,7 @@ shared peer folder, `../shared/peer` relative to the repository (or `--peer-dir`
      products on the LSTM's weights) for batch 1, and prints each mode's fraction of its roof (batch 1 also against
      the sentence roof: the memory roof plus a sentence's other products at the GEMM rate). It reads the roofs
      before and after the size's timings and keeps each one's higher reading: on a shared host the memory roof
-     moves by 3x within minutes, as the neighbours take or leave the last-level cache (RESULTS.md);
+     moves several-fold within minutes, as the neighbours take or leave the last-level cache;
   3. times our model and each peer whose venv is given (allennlp's: `setup_peervenv.sh` in the peer folder;
      bilm-tf's, the graph TF Hub's ELMo runs: `setup_bilmtf_venv.sh`), each in its own process so that peak RSS
      figures do not mix; `--rounds 2` alternates the processes twice and keeps each mode's best round, which damps

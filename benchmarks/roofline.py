@@ -20,9 +20,9 @@ Three roofs, so that speed figures from different machines can be compared as fr
 - sentence roof (batch 1): the memory roof's time per word plus the time of every other product of a sentence (char
   CNN, highway, token projection, the LSTM's input products: `products_per_word` less the recurrent and projection
   ones) at the compute roof's GEMM rate. A sentence's stages depend on each other in order (CNN, highway, input
-  products, recurrence), so their bounds add up. At the medium size on the AMD EPYC, with the memory roof at its
-  higher readings (54-85 GB/s), the other products take a quarter to a third of this roof's time, so no
-  implementation reaches more than about 64-75% of the memory roof there (RESULTS.md).
+  products, recurrence), so their bounds add up. At the medium size on a CPU the other products take a sizeable
+  share of this roof's time, so no implementation reaches the memory roof itself there (`benchmark_elmo.py` prints
+  a run's fraction of both roofs; RESULTS.md gives the latest).
 
 `--device cuda` measures the same products on the GPU (each timing waits for the GPU), so that a GPU run's speed is
 a fraction of that GPU's roofs.
@@ -108,7 +108,7 @@ def memory_roof(options, device, steps=SENTENCE_STEPS):
     as the model runs them, which lets two threads stream at once), taken either a word at a time through every
     layer or, in the model's order, a layer at a time through all `steps` words of a sentence. The second order
     keeps one layer's weights in a large last-level cache when they fit (medium: 21 MB per layer), so it is the
-    higher roof on such CPUs; without it the recurrence itself ran faster than the "roof" (RESULTS.md)."""
+    higher roof on such CPUs; without it the recurrence itself can run faster than the "roof"."""
     lstm = options["lstm"]
     projection, cell = lstm["projection_dim"], lstm["dim"]
     # Per layer, both directions: the recurrent (projection, 4 * cell) and projection (cell, projection) weights.

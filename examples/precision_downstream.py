@@ -29,8 +29,8 @@ import torch
 from elmo_hf import DEFAULT_MODEL, ElmoModel, ElmoTokenizer
 
 MODES = ("float32", "bfloat16", "int8", "noise")
-# The recipes' dropouts. docs/speed.md's table was measured with these alone (x_k: the training words and the biLM's
-# token layer); add '{"pretrained_vocab": true, "use_bilm_token_layer": false}' with --variant for the recipes' x_k.
+# The recipes' dropouts; with these alone x_k is the training words and the biLM's token layer (as in the tables of
+# docs/speed.md). Add '{"pretrained_vocab": true, "use_bilm_token_layer": false}' with --variant for the recipes' x_k.
 RECIPE = {"scalar_mix_dropout": 0.0, "classifier_dropout": 0.3}
 
 

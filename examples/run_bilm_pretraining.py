@@ -206,8 +206,7 @@ class ElmoPreTrainingTrainer(Trainer):
     """A `Trainer` whose evaluation computes the exact perplexities (exp of the mean loss per target word, per
     direction and combined), each process scoring every world_size-th sentence, with a tokens/s progress bar. With
     `--train_sampling_strategy group_by_length` its batches hold sentences of similar length (ElmoLineDataset's
-    word counts), which trains about twice as many words per second on a CPU as random batches (about 2.2x padding
-    on PTB).
+    word counts), which trains more words per second than random batches, whose rows are mostly padding.
 
     Its logged `grad_norm` is the mean over the updates since the last log, as `loss` is. The `Trainer`'s own is the
     last update's alone, and with length-grouped batches that update sits at one place in each sorted group of 50

@@ -10,12 +10,20 @@ The metadata the Hub reads:
 - `tags`: "elmo", the model's `model_tags` and any given.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import pathlib
 import re
 import string
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from huggingface_hub import ModelCard, ModelCardData
+    from transformers import PretrainedConfig, PreTrainedModel, Trainer, TrainingArguments
 
 TEMPLATE_PATH = pathlib.Path(__file__).with_name("model_card.md")
 CONVERSION_REPORT_NAME = "conversion_report.json"
@@ -43,7 +51,15 @@ _RUN_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "s
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
-def evaluation_results(metrics, *, task, dataset, dataset_type=None, split=None, dataset_config=None):
+def evaluation_results(
+    metrics: Mapping[str, Any],
+    *,
+    task: str,
+    dataset: str,
+    dataset_type: str | None = None,
+    split: str | None = None,
+    dataset_config: str | None = None,
+) -> dict[str, Any]:
     """The evaluation of a model as the card records it, from a `Trainer`'s metrics.
 
     Args:
@@ -57,7 +73,7 @@ def evaluation_results(metrics, *, task, dataset, dataset_type=None, split=None,
         a dict of `task`, `dataset` (name, type, split, config) and `metrics` (name -> float), for
         `render_model_card(evaluation=...)`.
     """
-    scores = {}
+    scores: dict[str, float] = {}
     for name, value in metrics.items():
         bare = re.sub(r"^(eval|test|predict)_", "", name)
         if bare in _RUN_METRICS or not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -72,7 +88,7 @@ def evaluation_results(metrics, *, task, dataset, dataset_type=None, split=None,
     }
 
 
-def bilm_reference(config):
+def bilm_reference(config: PretrainedConfig) -> tuple[str | None, str | None]:
     """`(hub_id, name)` of the biLM a task head was fine-tuned from (`config.bilm_name_or_path`): the Hub id when it
     came from a Hub repo (then `name` is the same id), else `(None, folder name)`; `(None, None)` when not recorded."""
     recorded = getattr(config, "bilm_name_or_path", None)
@@ -81,7 +97,16 @@ def bilm_reference(config):
     return (recorded if _HUB_ID.match(recorded) else None), recorded
 
 
-def card_metadata(model, *, repo_id, license="apache-2.0", language=("en",), datasets=(), tags=(), evaluation=None):
+def card_metadata(
+    model: PreTrainedModel,
+    *,
+    repo_id: str,
+    license: str = "apache-2.0",
+    language: Iterable[str] = ("en",),
+    datasets: Iterable[str] = (),
+    tags: Iterable[str] = (),
+    evaluation: Mapping[str, Any] | None = None,
+) -> ModelCardData:
     """The card's metadata as huggingface_hub's `ModelCardData` (which checks it and writes model-index)."""
     from huggingface_hub import EvalResult, ModelCardData
 
@@ -121,20 +146,20 @@ def card_metadata(model, *, repo_id, license="apache-2.0", language=("en",), dat
 
 
 def render_model_card(
-    model,
-    repo_id,
+    model: PreTrainedModel,
+    repo_id: str,
     *,
-    revision=None,
-    report=None,
-    title=None,
-    license="apache-2.0",
-    language=("en",),
-    datasets=(),
-    tags=(),
-    training_data=None,
-    evaluation=None,
-    baseline=None,
-):
+    revision: str | None = None,
+    report: Mapping[str, Any] | None = None,
+    title: str | None = None,
+    license: str = "apache-2.0",
+    language: Iterable[str] = ("en",),
+    datasets: Iterable[str] = (),
+    tags: Iterable[str] = (),
+    training_data: str | None = None,
+    evaluation: Mapping[str, Any] | None = None,
+    baseline: Mapping[str, Any] | None = None,
+) -> str:
     """The model card of `model` as a string.
 
     Args:
@@ -197,7 +222,9 @@ def render_model_card(
     return _checked(card)
 
 
-def write_model_card(save_directory, model, repo_id, **kwargs):
+def write_model_card(
+    save_directory: str | os.PathLike[str], model: PreTrainedModel, repo_id: str, **kwargs: Any
+) -> str:
     """Write README.md into `save_directory`, reading `conversion_report.json` from there when it exists.
     Keyword arguments are those of `render_model_card`. Returns the card's path."""
     report_path = os.path.join(save_directory, CONVERSION_REPORT_NAME)
@@ -210,14 +237,24 @@ def write_model_card(save_directory, model, repo_id, **kwargs):
     return path
 
 
-def card_for_push(model, repo_id, *, token=None, revision=None, tags=(), folder=None, **card_options):
+def card_for_push(
+    model: PreTrainedModel,
+    repo_id: str,
+    *,
+    token: str | bool | None = None,
+    revision: str | None = None,
+    tags: Iterable[str] = (),
+    folder: str | os.PathLike[str] | None = None,
+    **card_options: Any,
+) -> str:
     """The README.md that `push_to_hub` publishes for `model` in `repo_id` (which exists) at `revision`.
 
     An elmo-hf card already there (at `revision`, else on main) is kept, its tags merged with `tags`, unless
     `card_options` (those of `render_model_card`) ask for a new one; any other card (transformers' generic one,
     a `Trainer`'s draft) is replaced by this package's, keeping its tags. `folder`, when given, is the pushed folder:
     its `conversion_report.json` gives provenance."""
-    existing = _existing_card(repo_id, token=token, revision=revision)
+    # A card's `data` is typed as the base CardData; a model card's is ModelCardData, which has `tags`.
+    existing: Any = _existing_card(repo_id, token=token, revision=revision)
     if existing is not None and CARD_MARKER in existing.text and not card_options:
         card = existing
     else:
@@ -256,22 +293,32 @@ class ModelCardArguments:
         },
     )
 
-    def take_push(self, training_args):
+    def take_push(self, training_args: TrainingArguments) -> bool:
         """Whether `--push_to_hub` was given; turns it off for the Trainer, whose pushes carry transformers' card:
         `publish` pushes once the scores are known."""
         push, training_args.push_to_hub = training_args.push_to_hub, False
         return push
 
-    def publish(self, trainer, metrics, *, task, dataset, split, push=False):
+    def publish(
+        self,
+        trainer: Trainer,
+        metrics: Mapping[str, Any] | None,
+        *,
+        task: str,
+        dataset: str,
+        split: str | None,
+        push: bool = False,
+    ) -> str | None:
         """Write the card of `trainer.model` with `metrics` (`Trainer.evaluate()` or `predict(...).metrics`, on
         `split` of `dataset`; None: no evaluation) into the output folder; with `push`, push the model (this card in
         the same commit) and the tokenizer to `--hub_model_id` (default: the output folder's name). Returns the card's
         path."""
-        args = trainer.args
+        args: Any = trainer.args
+        model: Any = trainer.model
         if not trainer.is_world_process_zero():
             return None
         name = self.card_dataset or dataset
-        options = {}
+        options: dict[str, Any] = {}
         if metrics is not None:
             options["evaluation"] = evaluation_results(
                 metrics, task=task, dataset=name, dataset_type=self.card_dataset_id, split=split
@@ -280,31 +327,31 @@ class ModelCardArguments:
             with open(self.baseline_file, encoding="utf-8") as baseline_file:
                 options["baseline"] = json.load(baseline_file)
         repo_id = args.hub_model_id or os.path.basename(os.path.normpath(args.output_dir))
-        path = write_model_card(args.output_dir, trainer.model, repo_id if push else str(args.output_dir), **options)
+        path = write_model_card(args.output_dir, model, repo_id if push else str(args.output_dir), **options)
         if push:
             hub = dict(
                 token=args.hub_token, private=args.hub_private_repo, revision=getattr(args, "hub_revision", None)
             )
-            commit = trainer.model.push_to_hub(repo_id, card=options, **hub)
+            commit = model.push_to_hub(repo_id, card=options, **hub)
             if trainer.processing_class is not None:
                 trainer.processing_class.push_to_hub(commit.repo_url.repo_id, **hub)
         return path
 
 
-def _model_card(content):
+def _model_card(content: str) -> ModelCard:
     from huggingface_hub import ModelCard
 
     return ModelCard(content, ignore_metadata_errors=False)
 
 
-def _checked(content):
+def _checked(content: str) -> str:
     """`content` after huggingface_hub parsed its metadata as a model card's (a bad field raises here)."""
     card = _model_card(content)
     card.data.to_dict()  # model-index and the other fields re-serialise
     return content
 
 
-def _existing_card(repo_id, *, token, revision):
+def _existing_card(repo_id: str, *, token: str | bool | None, revision: str | None) -> ModelCard | None:
     """The ModelCard in `repo_id` at `revision` (main when that branch does not exist yet), or None."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
@@ -321,7 +368,7 @@ def _existing_card(repo_id, *, token, revision):
     return None
 
 
-def _summary(class_name, config):
+def _summary(class_name: str, config: Any) -> str:
     if class_name == "ElmoForPreTraining":
         return (
             "The ELMo biLM with its language-model softmax: it scores text (each direction predicts every word from "
@@ -336,13 +383,13 @@ def _summary(class_name, config):
     return "The ELMo biLM: contextual word vectors (feature extraction)."
 
 
-def _label_list(config):
+def _label_list(config: Any) -> str:
     names = [str(config.id2label[index]) for index in range(config.num_labels)]
     shown = ", ".join(f"`{name}`" for name in names[:12])
     return shown + (f" and {len(names) - 12} more" if len(names) > 12 else "")
 
 
-def _usage(class_name, config, load_arguments, vocabulary_arguments):
+def _usage(class_name: str, config: Any, load_arguments: str, vocabulary_arguments: str) -> tuple[str, str]:
     """The usage code for `class_name` (it loads with the matching Auto class) and the notes under it."""
     auto_class = AUTO_CLASSES.get(class_name, "AutoModel")
     head = (
@@ -422,7 +469,7 @@ def _usage(class_name, config, load_arguments, vocabulary_arguments):
     return head + body, notes
 
 
-def _fine_tuning(model):
+def _fine_tuning(model: Any) -> str:
     if not getattr(model, "_head_over_a_bilm", False):
         return ""
     hub_id, name = bilm_reference(model.config)
@@ -436,7 +483,7 @@ def _fine_tuning(model):
     return f"## Fine-tuned from\n\nThis head was trained on {origin}, whose weights were {frozen}.\n\n"
 
 
-def _evaluation(evaluation, baseline):
+def _evaluation(evaluation: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None) -> str:
     if evaluation is None:
         return ""
     dataset = evaluation["dataset"]
@@ -453,7 +500,7 @@ def _evaluation(evaluation, baseline):
     return f"## Evaluation\n\n{evaluation['task']} on {where}:\n\n{table}\n\n"
 
 
-def _provenance(report):
+def _provenance(report: Mapping[str, Any] | None) -> str:
     if report is None:
         return "This checkpoint was not written by the converter; no record of its origin was given."
     return (
@@ -467,7 +514,7 @@ def _provenance(report):
     )
 
 
-def _parity(report):
+def _parity(report: Mapping[str, Any] | None) -> str:
     if report is None:
         return "Not measured for this checkpoint."
     return (

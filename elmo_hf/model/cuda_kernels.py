@@ -9,12 +9,13 @@ products. Here a step is four kernels, both directions at once:
 2. `cell_step_kernel`: the cell `c_t` and the memory `m_t` of `lstm_cell_step`, with the cell clip, and `c_t`
    written only for the rows still running (padding keeps its state);
 3. `m_t P` (cuBLAS) as `projection_splits` products over slices of the cell's columns: one product with few rows
-   and a long inner dimension ran at 1.7 TFLOP/s on an H200 at 32 rows, sixteen at 12.2;
+   and a long inner dimension runs at a small fraction of the GPU's rate, several shorter ones in one batched product
+   much faster;
 4. `hidden_step_kernel`: the sum of those shares, the projection clip, `h_t` kept for the running rows, and the
    output (0 at padding) written into the layer's output.
 
-On an H200 (medium size, float32, inside the graphs) this made sorted batches of 32 1.15x and single sentences
-1.43x faster than the graphs of the reference step (benchmarks/RESULTS.md).
+Fewer launches make the graphs of the fused step faster than those of the reference step, most for single
+sentences; benchmarks/RESULTS.md ("Inference on a GPU") gives the figures and their command.
 
 The kernels are written in Triton, which comes with PyTorch's CUDA wheels (`triton_lstm_kernels.py`, imported at
 the first use of the fused step); they compute in float32 whatever the
@@ -23,15 +24,21 @@ says so; everything else runs the reference step. `tests/model/test_cuda_kernels
 through Triton's interpreter on the CPU (`TRITON_INTERPRET=1`), and `tests/model/test_cuda.py` on a GPU.
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
+
+if TYPE_CHECKING:
+    from .modeling_elmo import ElmoBiLstm, ElmoBiLstmLayer
 
 # Storage dtypes the kernels take (they compute in float32, so float64 keeps the reference step and its precision).
 FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def fused_step_apply(encoder, inputs):
+def fused_step_apply(encoder: ElmoBiLstm, inputs: torch.Tensor) -> bool:
     """Whether `ElmoBiLstm` `encoder` can run its steps with the fused kernels on `inputs`: Triton is installed, the
     input is on a CUDA device (or Triton interprets on the CPU), its dtype is one of `FUSED_DTYPES`, the weights have
     that dtype, and autocast is off (its casts would change the dtypes the kernels see)."""
@@ -45,7 +52,7 @@ def fused_step_apply(encoder, inputs):
     )
 
 
-def triton_kernels():
+def triton_kernels() -> tuple[Any, Any] | None:
     """The Triton kernels `(cell_step_kernel, hidden_step_kernel)` of `triton_lstm_kernels.py`, imported at the
     first use of the fused step, so that only a CUDA path imports Triton; None without Triton."""
     try:
@@ -55,7 +62,9 @@ def triton_kernels():
     return cell_step_kernel, hidden_step_kernel
 
 
-def fused_layer_forward(layer, inputs, mask, cell, hidden):
+def fused_layer_forward(
+    layer: ElmoBiLstmLayer, inputs: torch.Tensor, mask: torch.Tensor, cell: torch.Tensor, hidden: torch.Tensor
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     r"""
     `layer(inputs, mask, cell, hidden)` for an `ElmoBiLstmLayer`, with each step's elementwise work in two kernels.
 
@@ -69,7 +78,7 @@ def fused_layer_forward(layer, inputs, mask, cell, hidden):
         as `ElmoBiLstmLayer.forward`: outputs `(2, batch, words, projection_dim)`, 0 at padded positions, and the
         state `(cell, hidden)` after each row's last word (new tensors).
     """
-    cell_step_kernel, hidden_step_kernel = triton_kernels()
+    cell_step_kernel, hidden_step_kernel = cast("tuple[Any, Any]", triton_kernels())  # fused_step_apply checked it
     batch, words = mask.shape
     gate_inputs = layer.input_gates(inputs.flatten(1, 2)).view(2, batch, words, -1)  # (2, batch, words, 4 * lstm)
     cell, hidden = cell.contiguous().clone(), hidden.contiguous().clone()  # updated in place, step by step
@@ -117,7 +126,7 @@ def fused_layer_forward(layer, inputs, mask, cell, hidden):
     return outputs, (cell, hidden)
 
 
-def projection_splits(lstm_dim, dtype):
+def projection_splits(lstm_dim: int, dtype: torch.dtype) -> int:
     """Slices of the cell's columns the projection is split into: up to 16, each at least 64 columns wide, in
     float32 only (in bfloat16 each partial sum would be rounded)."""
     if dtype != torch.float32:
@@ -127,6 +136,6 @@ def projection_splits(lstm_dim, dtype):
     )
 
 
-def _block(width):
+def _block(width: int) -> int:
     """Columns per program: the row's width up to 1024, a power of two (Triton's blocks are)."""
     return min(1024, 1 << max(width - 1, 0).bit_length())

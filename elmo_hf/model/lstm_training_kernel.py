@@ -16,17 +16,24 @@ whose backward:
 It is the same arithmetic: the outputs differ from the reference only by rounding, the gradients only by summation
 order (`tests/model/test_lstm_training_kernel.py` compares both in float64). `ElmoBiLstm.forward` uses it whenever a
 gradient is recorded (`config.lstm_implementation` "auto" or "packed"); `benchmarks/benchmark_training.py` measures
-it (RESULTS.md, "Training on packed steps").
+it (benchmarks/RESULTS.md, "Training the biLM on a CPU").
 """
+
+from __future__ import annotations
 
 import math
 import sys
 import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from .packed_steps import PackedSteps
+
+if TYPE_CHECKING:
+    from .modeling_elmo import ElmoBiLstm
 
 
 class _BufferPool:
@@ -40,12 +47,12 @@ class _BufferPool:
     as usual (CUDA's allocator caches already).
     """
 
-    def __init__(self, max_buffers=16):
-        self.free = []
+    def __init__(self, max_buffers: int = 16) -> None:
+        self.free: list[torch.Tensor] = []
         self.max_buffers = max_buffers
         self.lock = threading.Lock()
 
-    def take(self, shape, like):
+    def take(self, shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
         """An uninitialised tensor of `shape` with `like`'s dtype and device."""
         if like.device.type != "cpu":
             return like.new_empty(shape)
@@ -60,7 +67,7 @@ class _BufferPool:
         # Room for somewhat longer batches, so that the next ones reuse it.
         return like.new_empty(size + size // 4)[:size].view(shape)
 
-    def give_back(self, *tensors):
+    def give_back(self, *tensors: torch.Tensor | None) -> None:
         """Returns tensors from `take` (or None) to the pool: nothing may use them afterwards."""
         with self.lock:
             for tensor in tensors:
@@ -77,17 +84,25 @@ class _Lease:
     """Gives `tensors` back to the pool when it is freed: kept on an autograd node's context, whose saved tensors they
     are, it outlives every backward through that node (a second one, with `retain_graph=True`, included)."""
 
-    def __init__(self, *tensors):
+    def __init__(self, *tensors: torch.Tensor | None) -> None:
         self.pool, self.tensors = _POOL, tensors
 
-    def __del__(self):
+    def __del__(self) -> None:
         if not sys.is_finalizing():  # at interpreter exit there is nothing left to reuse them
             self.pool.give_back(*self.tensors)
 
 
 def bilstm_training_forward(
-    encoder, inputs, mask, cells, hiddens, dropout=0.0, zero_state=False, steps=None, checkpoint=None
-):
+    encoder: ElmoBiLstm,
+    inputs: torch.Tensor,
+    mask: torch.Tensor,
+    cells: torch.Tensor,
+    hiddens: torch.Tensor,
+    dropout: float = 0.0,
+    zero_state: bool = False,
+    steps: Any = None,
+    checkpoint: Callable[..., Any] | None = None,
+) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
     r"""
     `ElmoBiLstm.forward`'s values on packed steps, with each layer's recurrence as one autograd node.
 
@@ -165,35 +180,35 @@ class _PackedLstmRecurrence(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx,
-        layer_input,
-        input_weight,
-        bias,
-        recurrent_weight,
-        projection_weight,
-        initial_cell,
-        initial_hidden,
-        steps,
-        cell_clip,
-        proj_clip,
-        zero_state,
-        pooled,
-    ):
+        ctx: Any,
+        layer_input: torch.Tensor,
+        input_weight: torch.Tensor,
+        bias: torch.Tensor,
+        recurrent_weight: torch.Tensor,
+        projection_weight: torch.Tensor,
+        initial_cell: torch.Tensor,
+        initial_hidden: torch.Tensor,
+        steps: Any,
+        cell_clip: float | None,
+        proj_clip: float | None,
+        zero_state: bool,
+        pooled: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         _, valid, _ = layer_input.shape
         take = _POOL.take if pooled else lambda shape, like: like.new_empty(shape)
         four_lstm_dim = input_weight.shape[-1]
         lstm_dim = four_lstm_dim // 4
         # Each step is `modeling_elmo.lstm_cell_step` (the one definition of the cell), fused in place: written as a
-        # call to it, allocating its results at every step, the forward ran 8% slower and the whole recurrence 6%
-        # (AMD EPYC, shipped size, batch 64), and its activations would have to be recomputed for the backward.
+        # call to it, the forward would allocate its results at every step and its activations would have to be
+        # recomputed for the backward (benchmarks/benchmark_training.py measures the recurrence).
         # tests/model/test_lstm_training_kernel.py holds this forward and its backward to autograd through that
         # function.
         # Kept for the backward: the gate activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) side by side,
         # written over the gate inputs; the cell before and after its clip; the projection before and after its clip
         # (the output).
-        # tanh(x) = 2 sigmoid(2 x) - 1 throughout: PyTorch's CPU tanh ran 5.5x slower than its sigmoid (AMD EPYC,
-        # AVX-512, torch 2.13). With the candidate's pre-activation doubled (its columns of W, b and U, in copies),
-        # one sigmoid covers the four gates.
+        # tanh(x) = 2 sigmoid(2 x) - 1 throughout: PyTorch's CPU tanh is several times slower than its sigmoid. With
+        # the candidate's pre-activation doubled (its columns of W, b and U, in copies), one sigmoid covers the four
+        # gates.
         candidate = slice(2 * lstm_dim, 3 * lstm_dim)
         doubled_input_weight, doubled_bias, doubled_recurrent_weight = (
             input_weight.clone(),
@@ -258,7 +273,7 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         return outputs, cells
 
     @staticmethod
-    def backward(ctx, outputs_grad, cells_grad):
+    def backward(ctx: Any, outputs_grad: torch.Tensor, cells_grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (
             layer_input,
             input_weight,
@@ -375,6 +390,6 @@ class _PackedLstmRecurrence(torch.autograd.Function):
         )
 
 
-def _inside_clip(values, clip):
+def _inside_clip(values: torch.Tensor, clip: float) -> torch.Tensor:
     """`(|values| <= clip)` as 1.0 / 0.0 in `values`' dtype, in a pooled buffer."""
     return torch.abs(values, out=_POOL.take(values.shape, values)).le_(clip)

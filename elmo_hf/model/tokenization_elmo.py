@@ -46,7 +46,7 @@ class ElmoBatchEncoding(BatchEncoding):
     ) -> None:
         if data is not None and tensor_type == TensorType.PYTORCH and isinstance(data.get("input_ids"), list):
             # Nested lists of character ids reach torch through one NumPy array: torch.tensor on the lists walks
-            # every id in Python, which made it most of the tokenizer's time (6x slower on batches of 32).
+            # every id in Python, which would be most of the tokenizer's time (benchmarks/benchmark_tokenizer.py).
             data = {**data, "input_ids": _as_int64_array(data["input_ids"])}
         super().__init__(data, tensor_type=tensor_type, prepend_batch_axis=prepend_batch_axis)
         self._word_ids = word_ids
@@ -275,10 +275,32 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     def convert_tokens_to_string(self, tokens: Iterable[str]) -> str:
         return " ".join(tokens)
 
+    def decode(  # type: ignore[override]  # a word's id is a row of character ids
+        self,
+        token_ids: Sequence[int]
+        | Sequence[Sequence[int]]
+        | Sequence[Sequence[Sequence[int]]]
+        | np.ndarray
+        | torch.Tensor,
+        skip_special_tokens: bool = False,
+        **kwargs: Any,
+    ) -> str | list[str]:
+        """The text behind character ids: one word's row `(chars,)` -> the word, a sentence's rows `(words, chars)` ->
+        its words joined by spaces, a batch `(batch, words, chars)` -> one such string per sentence (transformers'
+        `decode` reads ids one level less deep: a sentence's rows would be a batch of words)."""
+        rows = to_py_obj(token_ids)
+        if isinstance(rows, list) and any(isinstance(row, list) and row and isinstance(row[0], list) for row in rows):
+            return [self._decode(sentence, skip_special_tokens) for sentence in rows]
+        return self._decode(rows, skip_special_tokens)
+
     def _decode(  # type: ignore[override]  # a word's id is a row of character ids
         self, token_ids: Sequence[int] | Sequence[Sequence[int]], skip_special_tokens: bool = False, **kwargs: Any
     ) -> str:
-        return self.convert_tokens_to_string(self.convert_ids_to_tokens(token_ids, skip_special_tokens))
+        tokens = self.convert_ids_to_tokens(token_ids, skip_special_tokens)
+        if isinstance(tokens, str):  # one word's row: the word itself, not its characters
+            special = skip_special_tokens and tokens in (self.bos_token, self.eos_token)
+            tokens = [] if special else [tokens]
+        return self.convert_tokens_to_string(tokens)
 
     def _word_to_char_ids(self, word: str) -> tuple[int, ...]:
         if self.char_lexicon is None:
@@ -368,9 +390,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         all_word_ids = []
         char_ids: Callable[[str], tuple[int, ...] | np.ndarray] = self._word_to_char_ids
         if self.char_lexicon is None:
-            # Each word's row as a cached int64 array, which NumPy stacks about ten times faster than nested lists;
-            # the settings read once per call, as the special tokens are attributes that transformers' __getattr__
-            # resolves (read per word they took 1.7 of the tokenizer's 4.4 us per word). benchmark_tokenizer.py.
+            # Each word's row as a cached int64 array, which NumPy stacks much faster than nested lists; the
+            # settings read once per call, as the special tokens are attributes that transformers' __getattr__
+            # resolves, slowly when read per word. benchmarks/benchmark_tokenizer.py measures the tokenizer.
             settings = (self.max_characters_per_token, self.bos_token, self.eos_token)
             char_ids = functools.partial(_char_id_array, settings=settings)
         for words, offsets in sentences:

@@ -1,8 +1,8 @@
 """The biLM's training step on static shapes, replayed from a CUDA graph per bucketed batch shape.
 
 On a GPU the eager training step is bound by kernel launches: the packed recurrence launches a dozen small kernels
-per step and layer, forward and backward, and the host's checks and index tables add syncs (H200, shipped shape:
-13.2 ms of kernels in 103.5 ms of wall time, 3,235 kernels per step; benchmarks/RESULTS.md). `PreTrainingStep` runs
+per step and layer, forward and backward, and the host's checks and index tables add syncs (benchmarks/RESULTS.md,
+"Training the biLM on a GPU", gives the profile and its command). `PreTrainingStep` runs
 `ElmoForPreTraining`'s loss, its backward and the gradient clipping with no host sync and no data-dependent shape, on
 a batch padded to its bucket (rows to a power of two, words to a multiple of `WORD_BUCKET`), so that on a CUDA device
 each bucket is captured once as a CUDA graph and replayed with one launch; elsewhere the same code runs eagerly (the
@@ -23,18 +23,25 @@ rounding:
 Dropout draws its masks over the padded shapes, so with dropout the two paths draw different masks.
 """
 
+from __future__ import annotations
+
 import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 
 from ..model.lstm_training_kernel import bilstm_training_forward
 
+if TYPE_CHECKING:
+    from ..model.modeling_elmo import ElmoForPreTraining
+
 # Words per row are padded up to a multiple of this (the inference graphs' bucket, cuda_graphs.WORD_BUCKET).
 WORD_BUCKET = 8
 
 
-def bucket_shape(batch, words, word_bucket=WORD_BUCKET):
+def bucket_shape(batch: int, words: int, word_bucket: int = WORD_BUCKET) -> tuple[int, int]:
     """The padded `(rows, width)` of a `(batch, words)` batch: rows up to the next power of two, words up to the next
     multiple of `word_bucket`."""
     if batch < 1 or words < 1:
@@ -56,7 +63,7 @@ class PaddedSteps:
         words (int): the padded batch's width.
     """
 
-    def __init__(self, lengths, words):
+    def __init__(self, lengths: torch.Tensor, words: int) -> None:
         device = lengths.device
         rows = lengths.shape[0]
         self.order = torch.arange(rows, device=device)
@@ -80,24 +87,33 @@ class PaddedSteps:
         last = (lengths - 1).clamp(min=0) * rows + self.order
         self.last_index = torch.where(lengths > 0, last, valid + self.order)
 
-    def pack(self, sequence):
+    def pack(self, sequence: torch.Tensor) -> torch.Tensor:
         """A right-padded `(rows, words, *dims)` tensor -> each direction's steps `(2, rows * words, *dims)`."""
         flat = sequence.reshape(-1, *sequence.shape[2:])
         return flat.index_select(0, self.pack_index.flatten()).view(2, self.valid, *sequence.shape[2:])
 
-    def unpack(self, packed):
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
         """Each direction's steps `(2, rows * words, dim)` -> `(rows, words, 2 * dim)`, 0 at padding."""
         _, _, dim = packed.shape
         with_zero_row = torch.cat([packed, packed.new_zeros(2, 1, dim)], dim=1)
         both = [with_zero_row[direction].index_select(0, self.unpack_index[direction]) for direction in range(2)]
         return torch.cat(both, dim=-1).view(-1, self.words, 2 * dim)
 
-    def final_states(self, packed_states, initial):
+    def final_states(self, packed_states: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
         """Each row's state after its last word `(2, rows, dim)` (the initial state for an empty row)."""
         return torch.cat([packed_states, initial], dim=1).index_select(1, self.last_index)
 
 
-def static_sampled_softmax_loss(hidden, targets, weight, bias, sampled, log_expected_sampled, tries, log_probabilities):
+def static_sampled_softmax_loss(
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    sampled: torch.Tensor,
+    log_expected_sampled: torch.Tensor,
+    tries: torch.Tensor,
+    log_probabilities: torch.Tensor,
+) -> torch.Tensor:
     r"""
     `modeling_elmo.elmo_sampled_softmax_loss` over every position, with no data-dependent shape.
 
@@ -129,7 +145,14 @@ def static_sampled_softmax_loss(hidden, targets, weight, bias, sampled, log_expe
     return ((all_logits - target_logits) * weights).sum() / weights.sum()
 
 
-def padded_pretraining_loss(model, input_ids, mask, labels, draws, log_probabilities):
+def padded_pretraining_loss(
+    model: ElmoForPreTraining,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    labels: torch.Tensor,
+    draws: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    log_probabilities: torch.Tensor,
+) -> torch.Tensor:
     r"""
     `ElmoForPreTraining(...).loss` in training mode on a padded batch, with static shapes and no host sync.
 
@@ -178,7 +201,7 @@ def padded_pretraining_loss(model, input_ids, mask, labels, draws, log_probabili
     return (losses[0] + losses[1]) / 2
 
 
-def _encode_words(character_encoder, input_ids):
+def _encode_words(character_encoder: Any, input_ids: torch.Tensor) -> torch.Tensor:
     """`character_encoder(input_ids)` `(rows, words, chars)` -> `(rows, words, projection_dim)`, its character
     embedding looked up with index_select (whose backward, index_add_, makes no host sync), the padding id's row given
     no gradient as `padding_idx` gives it none."""
@@ -213,7 +236,9 @@ class PreTrainingStep:
         capture (bool, optional): capture CUDA graphs; defaults to whether the model is on a CUDA device.
     """
 
-    def __init__(self, model, max_grad_norm=None, capture=None):
+    def __init__(
+        self, model: ElmoForPreTraining, max_grad_norm: float | None = None, capture: bool | None = None
+    ) -> None:
         self.model = model
         self.device = model.lm_head.weight.device
         self.capture = self.device.type == "cuda" if capture is None else capture
@@ -222,11 +247,13 @@ class PreTrainingStep:
         for parameter in self.parameters:
             parameter.grad = torch.zeros_like(parameter)
         self.log_probabilities = model.sampler.log_probabilities.to(self.device)
-        self.buckets = {}  # (rows, width) -> _BucketStep
+        self.buckets: dict[tuple[int, int], _BucketStep] = {}  # (rows, width) -> _BucketStep
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None
-        self.capture_failure = None  # the error of a capture that failed (its bucket then runs eagerly)
+        self.capture_failure: RuntimeError | None = (
+            None  # the error of a capture that failed (its bucket then runs eagerly)
+        )
 
-    def __call__(self, input_ids, attention_mask, labels):
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         r"""
         One step on a batch.
 
@@ -248,9 +275,10 @@ class PreTrainingStep:
         else:
             bucket.load(input_ids, attention_mask, labels, draws)
         bucket.run()
+        assert bucket.loss is not None  # run() sets it, or the graph's capture did
         return bucket.loss.detach().clone()
 
-    def _draw(self):
+    def _draw(self) -> tuple[torch.Tensor, torch.Tensor]:
         """One direction's negatives on the host, as `(ids (S,) int64, [log expected counts..., tries] (S + 1,)
         float64)`."""
         sampler, count = self.model.sampler, self.model.config.num_sampled_negatives
@@ -261,7 +289,7 @@ class PreTrainingStep:
         tail = torch.tensor([float("inf") if tries is None else float(tries)], dtype=torch.float64)
         return sampled, torch.cat([expected, tail])
 
-    def _step(self, bucket):
+    def _step(self, bucket: _BucketStep) -> torch.Tensor:
         """The captured work: loss, gradients into the static `.grad`, clipping. Returns the loss."""
         draws = [(ids, floats[:-1], floats[-1]) for ids, floats in zip(bucket.sampled, bucket.floats)]
         loss = padded_pretraining_loss(
@@ -269,10 +297,11 @@ class PreTrainingStep:
         )
         grads = torch.autograd.grad(loss, self.parameters, allow_unused=True)
         for parameter, grad in zip(self.parameters, grads):
+            static = cast(torch.Tensor, parameter.grad)  # set in __init__, never dropped (no zero_grad)
             if grad is None:
-                parameter.grad.zero_()
+                static.zero_()
             else:
-                parameter.grad.copy_(grad)
+                static.copy_(grad)
         if self.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
         return loss
@@ -281,7 +310,7 @@ class PreTrainingStep:
 class _BucketStep:
     """One bucket's static inputs (the padded batch and the negatives) and its graph."""
 
-    def __init__(self, step, rows, width, chars):
+    def __init__(self, step: PreTrainingStep, rows: int, width: int, chars: int) -> None:
         self.step, self.rows, self.width = step, rows, width
         device = step.device
         self.input_ids = torch.zeros(rows, width, chars, dtype=torch.long, device=device)
@@ -290,10 +319,16 @@ class _BucketStep:
         count = max(step.model.config.num_sampled_negatives, 1)
         self.sampled = [torch.zeros(count, dtype=torch.long, device=device) for _ in range(2)]
         self.floats = [torch.zeros(count + 1, dtype=torch.float64, device=device) for _ in range(2)]
-        self.graph = None
-        self.loss = None
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.loss: torch.Tensor | None = None
 
-    def load(self, input_ids, attention_mask, labels, draws):
+    def load(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        labels: torch.Tensor,
+        draws: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    ) -> None:
         """Copies a batch and its negatives into the static inputs (asynchronous from pinned memory)."""
         batch, words = attention_mask.shape
         self.input_ids.zero_()
@@ -307,7 +342,7 @@ class _BucketStep:
             ids_buffer.copy_(ids.pin_memory() if pin else ids, non_blocking=True)
             floats_buffer.copy_(floats.pin_memory() if pin else floats, non_blocking=True)
 
-    def build(self):
+    def build(self) -> None:
         """Captures the step (on a CUDA device) after a warm-up run on a side stream, as PyTorch's capture needs."""
         if not self.step.capture or self.step.capture_failure is not None:
             return
@@ -332,7 +367,7 @@ class _BucketStep:
             return
         self.graph = graph
 
-    def run(self):
+    def run(self) -> None:
         if self.graph is None:
             self.loss = self.step._step(self)
         else:

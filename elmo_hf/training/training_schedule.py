@@ -2,7 +2,7 @@
 
 A recipe stated in epochs suits one data size only. Eight epochs of all of UD English-EWT (12,543 sentences, 392
 batches of 32 an epoch) are 3,136 updates; eight epochs of 1% of it (125 sentences, 4 batches) are 32, and a head
-stops far short of what it can learn (the "without ELMo" tagger scores 66% instead of 83%). So the example scripts
+stops far short of what it can learn. So the example scripts
 and `examples/downstream_benchmark.py` raise the number of epochs until training makes at least `MIN_UPDATES`
 updates; `num_train_epochs` stays the least number of epochs.
 """

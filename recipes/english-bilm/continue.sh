@@ -1,47 +1,16 @@
 #!/usr/bin/env bash
-# Continued runs of the default English biLM (elmo_hf.DEFAULT_MODEL): STEPS more steps of 64 sentences on the same
-# mix, from a packaged float16 model taken from this clone's history (START_COMMIT, a commit: by default 5fbacbc, which
-# shipped the first run), with a new AdamW state, 100 warm-up steps to LEARNING_RATE (1.5e-3) and a linear decay to 0,
-# batches in the order that SEED (1) draws. The sixth run is where the seventh (recipes/english-bilm/train_gpu.sh with
-# START_MODEL, on a GPU) started; the eighth continued the seventh, the ninth the eighth, the tenth the ninth, the
-# eleventh the tenth, the twelfth the eleventh, the thirteenth the twelfth, the fourteenth the thirteenth, and the
-# fifteenth, the shipped model's last, the fourteenth:
+# Continues the default English biLM (elmo_hf.DEFAULT_MODEL): STEPS more steps of 64 sentences on the same mix,
+# from the packaged float16 model at START_COMMIT, a commit of this clone's history (default: the first model shipped),
+# with a new AdamW state, 100 warm-up steps to LEARNING_RATE (1.5e-3) and a linear decay to 0, batches in the order
+# that SEED (1) draws. The shipped weights came from a chain of such runs (docs/experiments.md lists them, each with
+# its commit). One continuation, then its packaging and evaluation:
 #
-#     STEPS=4000 THREADS=2 bash recipes/english-bilm/continue.sh   # the second run: 38 minutes on two AMD EPYC threads
-#     START_COMMIT=e164203 STEPS=5500 THREADS=2 LEARNING_RATE=1e-3 SEED=2 OUT=outputs/english-third-run \
-#         bash recipes/english-bilm/continue.sh                   # the third run, from the second's model: 52 minutes
-#     START_COMMIT=6b0df2d STEPS=6000 THREADS=2 LEARNING_RATE=1e-3 SEED=3 OUT=outputs/english-fourth-run \
-#         bash recipes/english-bilm/continue.sh                   # the fourth run, from the third's model: 59 minutes
-#     START_COMMIT=87d971c STEPS=6000 THREADS=2 LEARNING_RATE=1e-3 SEED=4 OUT=outputs/english-fifth-run \
-#         bash recipes/english-bilm/continue.sh                   # the fifth run, from the fourth's model: 56 minutes
-#     START_COMMIT=10273e8 STEPS=6000 THREADS=2 LEARNING_RATE=1e-3 SEED=5 OUT=outputs/english-sixth-run \
-#         bash recipes/english-bilm/continue.sh                   # the sixth run, from the fifth's model: 57 minutes
-#     START_COMMIT=a518936 STEPS=8000 THREADS=2 LEARNING_RATE=1e-3 SEED=6 OUT=outputs/english-eighth-run \
-#         bash recipes/english-bilm/continue.sh                   # the eighth run, from the seventh's model: 59 minutes
-#     START_COMMIT=042a086 STEPS=8000 THREADS=2 LEARNING_RATE=1e-3 SEED=7 OUT=training/english-ninth-run \
-#         bash recipes/english-bilm/continue.sh                   # the ninth run, from the eighth's model: 62 minutes
-#     START_COMMIT=9929160 STEPS=8000 THREADS=2 LEARNING_RATE=1e-3 SEED=8 OUT=training/english-tenth-run \
-#         bash recipes/english-bilm/continue.sh                   # the tenth run, from the ninth's model: 63 minutes
-#     START_COMMIT=b7d001e STEPS=16000 THREADS=2 LEARNING_RATE=1e-3 SEED=9 OUT=training/english-eleventh-run \
-#         MINUTES=120 bash recipes/english-bilm/continue.sh       # the eleventh, from the tenth's: 177 minutes, resumed
-#     START_COMMIT=9b633d7 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=10 OUT=training/english-twelfth-run \
-#         MINUTES=100 bash recipes/english-bilm/continue.sh       # the twelfth, from the eleventh's: 148 minutes, resumed
-#     START_COMMIT=9fa94b0 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=11 OUT=training/english-thirteenth-run \
-#         MINUTES=100 bash recipes/english-bilm/continue.sh       # the thirteenth: 79 minutes on two Intel Xeon threads
-#     python recipes/english-bilm/package.py training/english-thirteenth-run/run/checkpoint-12000 \
+#     START_COMMIT=COMMIT STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=13 OUT=training/english-continued \
+#         MINUTES=100 bash recipes/english-bilm/continue.sh
+#     python recipes/english-bilm/package.py training/english-continued/run/checkpoint-12000 \
 #         --num-sampled-negatives 1024 --output-dir elmo_hf/pretrained/elmo-english-small \
 #         --evaluate test_subset=tests/data/english_test_subset.txt
-#     START_COMMIT=5273362 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=12 OUT=training/english-fourteenth-run \
-#         MINUTES=100 bash recipes/english-bilm/continue.sh       # the fourteenth: 123 minutes in two sessions, resumed
-#     python recipes/english-bilm/package.py training/english-fourteenth-run/run/checkpoint-12000 \
-#         --num-sampled-negatives 1024 --output-dir elmo_hf/pretrained/elmo-english-small \
-#         --evaluate test_subset=tests/data/english_test_subset.txt
-#     START_COMMIT=f9a36f0 STEPS=12000 THREADS=2 LEARNING_RATE=1e-3 SEED=13 OUT=training/english-fifteenth-run \
-#         MINUTES=100 bash recipes/english-bilm/continue.sh       # the fifteenth: 105 minutes in two sessions, resumed
-#     python recipes/english-bilm/package.py training/english-fifteenth-run/run/checkpoint-12000 \
-#         --num-sampled-negatives 1024 --output-dir elmo_hf/pretrained/elmo-english-small \
-#         --evaluate test_subset=tests/data/english_test_subset.txt
-#     bash recipes/english-bilm/evaluate.sh outputs/eval-fifteenth-run   # what it was shipped on: about an hour
+#     bash recipes/english-bilm/evaluate.sh outputs/eval-continued
 #
 # STEPS (12000) sizes the run and its decay; THREADS (1) sets the threads, the same on every resume for bit-exact
 # resumes. Run again after an interruption to continue from the last checkpoint in OUT (saved every 500 steps), on the

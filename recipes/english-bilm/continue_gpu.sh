@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Continued runs of the default English biLM (elmo_hf.DEFAULT_MODEL) on one borrowed GPU, several at once, with the
-# CUDA tests beside them, in one device call. The training step is launch-bound on a GPU (a few thousand small
-# kernels a step, the GPU busy about 13% of the time), so runs in separate processes share it at little cost each,
-# and one lease compares settings instead of guessing one.
+# CUDA tests beside them, in one device call. The eager training step is launch-bound on a GPU (a few thousand small
+# kernels a step, the GPU idle most of the time; benchmarks/RESULTS.md, "Training the biLM on a GPU"), so runs in
+# separate processes share it at little cost each, and one lease compares settings instead of guessing one.
 #
 #   bash recipes/english-bilm/train_gpu.sh --prepare                   # here, once: .gpu-train/ (the same mix as the CPU runs)
 #   mkdir -p .gpu && cp -r ../shared/fixtures .gpu/fixtures   # here: the fixtures for the CUDA tests' parity checks
@@ -15,8 +15,8 @@
 # run's console, as it goes) and OUT/NAME.tar per variant (recipes/english-bilm/train_gpu.sh's output: config, vocabulary,
 # model pieces, train.log).
 #
-# Size the call with room to spare: three runs of MINUTES=7 beside the tests did not end within a 590 s call (their
-# logs were not kept then), while one run alone of 1.3 minutes took 148 s in all (0.058 s a step of 512 sentences).
+# Size the call with room to spare: each run's start (imports, loading, the first steps' warm-up) and the tests come
+# on top of MINUTES, and runs that share the GPU slow each other down.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:?usage: bash recipes/english-bilm/continue_gpu.sh OUT_DIR}

@@ -2,8 +2,8 @@
 between runs (`--rows all` in one, `--rows without_elmo` in another) and seeds split between runs (seeds 0-5 and
 6-11) are joined by seed, then each task's gain on its full training data is printed as the benchmark prints it.
 
-    python recipes/english-bilm/elmo_gain.py benchmarks/results/2026-12-01-english-tenth-run-sentiment.json \\
-        benchmarks/results/2026-12-01-english-tenth-run-sentiment-seeds6to11.json
+    python recipes/english-bilm/elmo_gain.py outputs/eval/sentiment/results.json \\
+        outputs/eval/sentiment-seeds6to11/results.json
 
 A row's seed given by two files is an error, as are files of different models.
 """

@@ -4,11 +4,9 @@
 #   lane 1: polarity, seeds 0-5, with and without ELMo; the card's per-source held-out perplexity (written into the
 #           model's eval_results.json); int8's lowest cosine (benchmark_precision.py); polarity, seeds 6-11;
 #   lane 2: the tags with ELMo (seeds 0-2; all of EWT, 1% and 10%, the probes), then without ELMo.
-# Then ELMo's gain seed by seed (recipes/english-bilm/elmo_gain.py). For the fifteenth run it took 48 minutes on two AMD EPYC threads
-# (lane 1: polarity 19 and 19 minutes, the perplexity job's 8 and the precision job's 0.2 between; lane 2: the tags 27
-# and 17), for the fourteenth 47 on another AMD EPYC machine.
+# Then ELMo's gain seed by seed (recipes/english-bilm/elmo_gain.py). The model card states its time on a named CPU.
 #
-#     bash recipes/english-bilm/evaluate.sh outputs/eval-fifteenth-run
+#     bash recipes/english-bilm/evaluate.sh outputs/eval
 #
 # Each job writes OUT/NAME.log, the benchmarks OUT/NAME/results.json (NAME: sentiment, sentiment-seeds6to11, pos,
 # pos-without-elmo), the precision benchmark OUT/precision.json. Needs `python recipes/english-bilm/build_corpus.py` in CORPUS

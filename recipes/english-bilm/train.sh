@@ -12,11 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 MINUTES=${MINUTES:-60}
-MAX_STEPS=${MAX_STEPS:-8000}           # the run so far: 16000 to step 3615, 9000 to step 4500, then 8000 (the linear decay shortened so the run ends in the session that resumed it)
-MIX=${MIX:-lessreligious}           # a mix of build_corpus.MIXES (the run so far: lessreligious)
+MAX_STEPS=${MAX_STEPS:-8000}           # the linear decay ends here; the card's from-scratch command sets 134000
+MIX=${MIX:-lessreligious}           # a mix of build_corpus.MIXES
 CORPUS=${CORPUS:-outputs/corpus}
 STATE=training/elmo-english-small
-THREADS=${THREADS:-1}              # the run so far: 1 (bit-exact resumes need the same count)
+THREADS=${THREADS:-1}              # bit-exact resumes need the same count
 
 source recipes/english-bilm/steps.sh
 write_default_mix "$CORPUS" "$MIX"

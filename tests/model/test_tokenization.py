@@ -73,6 +73,16 @@ def test_raw_text_words_and_offsets(tokenizer):
     assert tokenizer.convert_ids_to_tokens(encoded["input_ids"]) == ["<S>", *words, "</S>"]
 
 
+def test_decode_a_word_a_sentence_and_a_batch(tokenizer):
+    batch = tokenizer(["the cat sat", "a dog"], padding=True, return_tensors="pt")["input_ids"]  # (2, 5, chars)
+    assert tokenizer.decode(batch[0][2]) == "cat"  # one word's row: the word, not its characters spaced out
+    assert tokenizer.decode(batch[0]) == "<S> the cat sat </S>"  # a sentence: one string, not one per word
+    assert tokenizer.decode(batch[1].tolist(), skip_special_tokens=True) == "a dog"  # padding rows dropped
+    assert tokenizer.decode(batch, skip_special_tokens=True) == ["the cat sat", "a dog"]
+    assert tokenizer.batch_decode(batch) == ["<S> the cat sat </S>", "<S> a dog </S>"]
+    assert tokenizer.decode(batch[0][0], skip_special_tokens=True) == ""
+
+
 def test_word_level_truncation_keeps_boundaries(tokenizer):
     words = ["w0", "w1", "w2", "w3", "w4"]
     right = tokenizer(words, is_split_into_words=True, truncation=True, max_length=4)
