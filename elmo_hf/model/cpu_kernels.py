@@ -317,7 +317,7 @@ def bfloat16_is_slow():
     return not _onednn_bfloat16_available()
 
 
-_BFLOAT16_WARNED = []
+_BFLOAT16_WARNED: list[bool] = []
 
 
 def bfloat16_warning():

@@ -93,9 +93,14 @@ def fused_layer_forward(
     splits = projection_splits(lstm_dim, cell.dtype)
     split_width = lstm_dim // splits
     memory = cell.new_empty(2 * splits, batch, split_width)  # m_t, split by cell columns
-    split_weight = layer.projection_weight.reshape(2 * splits, split_width, projection_dim)
+    # The layer registers its weights by name (`ElmoBiLstmLayer.WEIGHTS`), which the type checker cannot see.
+    recurrent_weight, projection_weight = (
+        cast(torch.Tensor, layer.recurrent_weight),
+        cast(torch.Tensor, layer.projection_weight),
+    )
+    split_weight = projection_weight.reshape(2 * splits, split_width, projection_dim)
     for step in range(words):
-        gates = torch.baddbmm(gate_inputs[:, :, step], hidden, layer.recurrent_weight)  # (2, batch, 4 * lstm_dim)
+        gates = torch.baddbmm(gate_inputs[:, :, step], hidden, recurrent_weight)  # (2, batch, 4 * lstm_dim)
         cell_step_kernel[cell_grid](
             gates,
             cell,
