@@ -121,11 +121,18 @@ def build_parser():
         "of --model; converted on first use and cached (see elmo_hf.compat.allennlp)",
     )
     model.add_argument("--weight-file", help="the published weights .hdf5 (path or URL), with --options-file")
-    model.add_argument("--dtype", choices=DTYPES, default="float32", help="compute dtype; vectors are saved as float32")
+    model.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="compute dtype; vectors are saved as float32 (bfloat16 is faster only on CPUs with bfloat16 products: "
+        "docs/speed.md)",
+    )
     model.add_argument(
         "--quantize",
         choices=["int8"],
-        help="int8 weights for the LSTM and highways (CPU, float32): faster, close to float32 (docs/speed.md)",
+        help="int8 weights for the LSTM and highways (CPU, float32): close to float32; its gain depends on the CPU "
+        "(docs/speed.md)",
     )
     vectors = embed.add_argument_group("what to write")
     vectors.add_argument(
