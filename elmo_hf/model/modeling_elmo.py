@@ -237,6 +237,8 @@ class ElmoBiLstmLayer(nn.Module):
         self.proj_clip = None if proj_clip is None else float(proj_clip)
 
     WEIGHTS = ("input_weight", "recurrent_weight", "projection_weight")
+    # torch.jit.script (the ONNX export) compiles the layer's forward only, not this Python-side property.
+    __jit_unused_properties__ = ["weight_quantization"]
 
     @property
     def weight_quantization(self):

@@ -349,7 +349,7 @@ def test_the_faster_modes_train_the_same_head_on_their_own_layers(data_dir, tmp_
     precision_downstream = load_script("precision_downstream")
     work_dir = tmp_path / "modes"
     arguments = ["--task", "pos", "--data-dir", str(data_dir), "--work-dir", str(work_dir)]
-    arguments += ["--model", FIXED_TRAINED_MODEL]  # the modes' bounds below hold on it, whatever the default
+    arguments += ["--model", str(FIXED_TRAINED_MODEL)]  # the modes' bounds below hold on it, whatever the default
     arguments += ["--variant", '{"epochs": 1}']
     rows = precision_downstream.main([*arguments, "--modes", "float32", "bfloat16", "int8"])
     assert list(rows) == ["float32", "bfloat16", "int8"]

@@ -1,6 +1,7 @@
-"""elmo_hf's imports run one way: every module's imports (deferred ones inside functions too) are parsed, and the
-graph has no cycle; the model folder imports nothing outside itself; the paths never import the model file; Triton is
-imported only by a CUDA path; `save_pretrained` writes every module the model file reaches."""
+"""elmo_hf's imports run one way: every module's imports (deferred ones inside functions too; not the type checker's `if
+TYPE_CHECKING:` ones, which never run) are parsed, and the graph has no cycle; the model folder imports nothing outside
+itself; the paths never import the model file; Triton is imported only by a CUDA path; `save_pretrained` writes every
+module the model file reaches."""
 
 import ast
 import json
@@ -37,7 +38,16 @@ def import_graph(package=PACKAGE):
     for name, path in modules.items():
         here = name if path.name == "__init__.py" else name.rpartition(".")[0]
         imported = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        type_only = {
+            id(statement)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            for statement in block.body
+        }
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
             if isinstance(node, ast.Import):
                 imported.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -92,8 +102,10 @@ def test_the_cycle_finder_finds_a_deferred_import_cycle(tmp_path):
     (package / "a.py").write_text("from .b import thing\n")
     (package / "b.py").write_text("def thing():\n    from . import a\n")
     (package / "c.py").write_text("import elmo_hf.a\n")
+    (package / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import x\n")
     graph = import_graph(package)
     assert graph["elmo_hf.c"] == {"elmo_hf.a"}
+    assert graph["elmo_hf.d"] == set()  # a type checker's import never runs
     assert find_cycle(graph) == ["elmo_hf.a", "elmo_hf.b", "elmo_hf.a"]
 
 
