@@ -22,6 +22,7 @@ bfloat16, transposed) is kept under the one rule of `weight_cache.py`. Each tric
 """
 
 import functools
+import os
 import warnings
 
 import torch
@@ -454,12 +455,19 @@ def int8_linear(linear, inputs):
     )
 
 
+# Values of fbgemm's `FBGEMM_ENABLE_INSTRUCTIONS` (upper-cased) that limit it to kernels without VNNI.
+_FBGEMM_WITHOUT_VNNI = frozenset({"AVX2", "AVX512", "AVX512_256"})
+
+
 @functools.cache
 def _int8_reduce_range():
-    """Whether int8 products quantize their inputs to 7 bits instead of 8: needed where the CPU multiplies uint8 by
+    """Whether int8 products quantize their inputs to 7 bits instead of 8: needed where fbgemm multiplies uint8 by
     int8 with 16-bit intermediate sums (AVX2 / AVX-512 without VNNI), which saturate at full range. With VNNI (AVX-512
     VNNI or AVX-VNNI, on Intel and AMD CPUs alike) 8 bits are safe and halve the deviation from float32. Read from
-    /proc/cpuinfo; 7 bits where that cannot be read."""
+    /proc/cpuinfo, and from `FBGEMM_ENABLE_INSTRUCTIONS` where it limits fbgemm to AVX2 or AVX-512 kernels on a VNNI
+    CPU (which is how docs/speed.md emulates those CPUs); 7 bits where the flags cannot be read."""
+    if os.environ.get("FBGEMM_ENABLE_INSTRUCTIONS", "").strip().upper() in _FBGEMM_WITHOUT_VNNI:
+        return True
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
             flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])

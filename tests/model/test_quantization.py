@@ -3,13 +3,17 @@ own state (saved, reloaded as int8), close to float32 within bounds per kind of 
 where int8 cannot run; bfloat16 loaded, saved and reloaded as bfloat16."""
 
 import contextlib
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 from helpers import (
     FIXED_TRAINED_MODEL,
+    INT8_LOWEST_COSINE,
     REPO_ROOT,
     SENTENCES,
     int8_lowest_cosine,
@@ -273,6 +277,50 @@ def test_int8_input_product_follows_its_bias_changed_in_place(int8_product_kind)
     assert torch.equal(after[1], layers(new_int8_model(model))[1])
     cosine = torch.nn.functional.cosine_similarity(expected, after[1], dim=-1).min()
     assert cosine > int8_lowest_cosine("bias changed"), f"{int8_product_kind}: cosine per word down to {cosine:.5f}"
+
+
+# Run in a process whose libraries are limited to AVX2 kernels (fbgemm's, oneDNN's and PyTorch's own), as on an AVX2
+# CPU: prints whether int8 took 7-bit inputs, and the lowest cosine per word of the layers with 7 and with 8 bits.
+_ON_AVX2_KERNELS = """
+import sys, torch
+from elmo_hf import ElmoModel, ElmoTokenizer
+from elmo_hf.model import cpu_kernels
+torch.set_num_threads(1)
+model = ElmoModel.from_pretrained(sys.argv[1]).eval()
+words = [sentence.split() for sentence in sys.argv[2:]]
+batch = ElmoTokenizer()(words, is_split_into_words=True, padding=True, return_tensors="pt")
+mask = batch["attention_mask"].bool()
+def layers():
+    with torch.inference_mode():
+        return [layer[mask] for layer in model(**batch, output_hidden_states=True).hidden_states]
+exact = layers()
+model.quantize_weights("int8")
+def lowest():
+    return min(float(torch.nn.functional.cosine_similarity(e, a, dim=-1).min()) for e, a in zip(exact, layers()))
+seven = cpu_kernels._int8_reduce_range()
+with_seven = lowest()
+cpu_kernels._int8_reduce_range = lambda: False
+print(seven, with_seven, lowest())
+"""
+
+
+def test_int8_on_avx2_kernels_takes_7_bit_inputs_and_holds_their_bound():
+    """fbgemm limited to its AVX2 kernels (`FBGEMM_ENABLE_INSTRUCTIONS=AVX2`, as on an AVX2 CPU, where its 16-bit
+    intermediate sums saturate at 8 bits) makes int8 quantize its inputs to 7 bits, which hold the 7-bit bound; 8 bits
+    there would fall below it."""
+    environment = {
+        **os.environ,
+        "FBGEMM_ENABLE_INSTRUCTIONS": "avx2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    }
+    code = [sys.executable, "-c", _ON_AVX2_KERNELS, str(FIXED_TRAINED_MODEL), *(" ".join(s) for s in SENTENCES)]
+    result = subprocess.run(code, env=environment, capture_output=True, text=True, check=True)
+    seven, with_seven, with_eight = result.stdout.split()
+    bound = INT8_LOWEST_COSINE["7-bit inputs"]["layers"]
+    assert seven == "True", result.stdout
+    assert float(with_seven) > bound, f"7-bit inputs on AVX2 kernels: cosine per word down to {with_seven}"
+    assert float(with_eight) < bound, f"8-bit inputs on AVX2 kernels did not saturate: {with_eight}"
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["bfloat16 instructions", "AVX2 only"])
