@@ -22,13 +22,13 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # up to 1e-3, past the bounds' margins (random tiny models are no substitute: any rounding grows along the sentence).
 FIXED_TRAINED_MODEL = REPO_ROOT / "tests" / "models" / "elmo-news-small"
 
-# int8's lowest cosine per word against float32 on FIXED_TRAINED_MODEL, per kind of int8 product: with VNNI (AVX-512
-# VNNI, AVX-VNNI) the products quantize their inputs to 8 bits, without it (AVX2, AVX-512 without VNNI) to 7
-# (`cpu_kernels._int8_reduce_range`). Measured lowest values (AMD EPYC Zen 4 natively; and with its libraries limited
-# to AVX2 kernels, FBGEMM_ENABLE_INSTRUCTIONS=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2, which compute the
-# integers of an AVX2 CPU: the same values as the AMD EPYC Zen 3 the suite first failed on): the layers 0.99937 /
-# 0.99781 (AVX-512 kernels without VNNI: 0.99814; 8 bits on AVX2 kernels saturate, 0.99689), after a bias change
-# 0.9995 / 0.99729, the downstream recipe's layers (Zen 3) 0.99892.
+# int8's lowest cosine per word against float32 on FIXED_TRAINED_MODEL, per kind of int8 product: with AVX-512 VNNI the
+# products quantize their inputs to 8 bits, without it (AVX2, AVX-VNNI, which fbgemm has no kernels for, AVX-512 without
+# VNNI) to 7 (`cpu_kernels._int8_reduce_range`). Measured lowest values (AMD EPYC Zen 4 natively; and with its libraries
+# limited to AVX2 kernels, FBGEMM_ENABLE_INSTRUCTIONS=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2, which
+# compute the integers of an AVX2 CPU: the same values as the AMD EPYC Zen 3 the suite first failed on): the layers
+# 0.99937 / 0.99781 (AVX-512 kernels without VNNI: 0.99814; 8 bits on AVX2 kernels saturate, 0.99689), after a bias
+# change 0.9995 / 0.99729, the downstream recipe's layers (Zen 3) 0.99892.
 INT8_LOWEST_COSINE = {
     "8-bit inputs": {"layers": 0.999, "bias changed": 0.999, "downstream": 0.999},
     "7-bit inputs": {"layers": 0.9975, "bias changed": 0.997, "downstream": 0.9985},
