@@ -6,8 +6,9 @@
 
 The modes: `fp32` (the exact default), `bf16` (`model.to(torch.bfloat16)`, `elmo-hf embed --dtype bfloat16`) and
 `int8` (`model.quantize_weights("int8")`, `elmo-hf embed --quantize int8`). Each round times, for every mode in turn,
-the shared harness's single sentences (the first 50 of the workload, one call each) and its length-sorted batches of
-32; the best round per mode is kept, so the modes share the machine's drift. The memory roof (words/s at batch 1 if
+the shared harness's single sentences (the first `--n-single` of the workload, one call each) and its length-sorted
+batches of 32; the best round per mode is kept, so the modes share the machine's drift. The memory roof (words/s at
+batch 1 if
 the LSTM's per-step weights streamed at this machine's measured bandwidth, `roofline.memory_roof`) is printed for
 each mode's weight bytes: float32 4 bytes a weight, bfloat16 2, int8 1. The deviation from float32 is measured per
 layer over every word of the first 64 sentences: the largest and mean absolute difference, and the cosine per word.
@@ -15,6 +16,7 @@ layer over every word of the first 64 sentences: the largest and mean absolute d
 
 import argparse
 import json
+import os
 
 import torch
 from benchmark_utils import PEER_DIR, machine_line, peer_harness, prepare
@@ -22,8 +24,11 @@ from roofline import memory_roof
 
 import elmo_hf
 from elmo_hf import ElmoModel, ElmoTokenizer
+from elmo_hf.model import cpu_kernels
 
 MODES = ("fp32", "bf16", "int8")
+# The variables that limit PyTorch's, oneDNN's and fbgemm's kernels to an older instruction set (`docs/speed.md`).
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "FBGEMM_ENABLE_INSTRUCTIONS")
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}
 
 
@@ -73,6 +78,16 @@ def deviations(models, tokenizer, sentences):
     return result
 
 
+def instruction_sets():
+    """What the kernels run with: the variables that limit them, PyTorch's capability, whether oneDNN computes
+    bfloat16 products, and whether int8 takes 7-bit inputs."""
+    kernels = {name: os.environ.get(name, "-") for name in ISA_VARIABLES}
+    kernels["capability"] = torch.backends.cpu.get_cpu_capability()
+    kernels["bfloat16_products"] = not cpu_kernels.bfloat16_is_slow()
+    kernels["int8_7_bit_inputs"] = cpu_kernels._int8_reduce_range()
+    return kernels
+
+
 def words_per_second(benchlib, model, tokenizer, batches):
     """Words/s of one pass over `batches` (lists of tokenized sentences), tokenizing included: the shared harness's
     `time_pass`, as the peers are timed."""
@@ -89,6 +104,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="original", choices=["small", "medium", "original", "shipped"])
     parser.add_argument("--n-sent", type=int, default=256, help="sentences of the shared workload in sorted batches")
+    parser.add_argument("--n-single", type=int, default=50, help="of them, the first ones timed one call each")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (best kept per mode)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work-dir", default="/tmp/elmo-bench")
@@ -100,9 +116,11 @@ def main(argv=None):
     sentences = make_workload(args.n_sent, seed=0)
     models, tokenizer, options = load_models(args.size, args.work_dir, args.peer_dir)
     print(f"machine: {machine_line()}; torch {torch.__version__}, {args.threads} threads; size {args.size}", flush=True)
+    kernels = instruction_sets()
+    print("kernels: " + ", ".join(f"{name} {value}" for name, value in kernels.items()), flush=True)
 
     passes = {
-        "batch1": [[sentence] for sentence in sentences[:50]],
+        "batch1": [[sentence] for sentence in sentences[: args.n_single]],
         "sorted": benchlib.make_batches(sentences, 32, True),
     }
     for model in models.values():  # warm-up: allocator, oneDNN, the int8 and prepacked weight copies
@@ -142,7 +160,17 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w", encoding="utf-8") as output:
             json.dump(
-                {"machine": machine_line(), "size": args.size, "best": best, "roof": roof, "deviation": check}, output
+                {
+                    "machine": machine_line(),
+                    "kernels": kernels,
+                    "size": args.size,
+                    "n_sent": args.n_sent,
+                    "n_single": args.n_single,
+                    "best": best,
+                    "roof": roof,
+                    "deviation": check,
+                },
+                output,
             )
 
 
