@@ -18,7 +18,9 @@ import importlib
 import math
 import os
 import tempfile
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -56,28 +58,32 @@ class ElmoInt8Linear(nn.Module):
         in_features (int), out_features (int): as `nn.Linear`'s.
     """
 
-    def __init__(self, in_features, out_features):
+    # Buffers, registered in `__init__`.
+    weight_int8: torch.Tensor
+    weight_scale: torch.Tensor
+
+    def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__()
         self.register_buffer("weight_int8", torch.zeros(out_features, in_features, dtype=torch.int8))
         self.register_buffer("weight_scale", torch.zeros(out_features))
         self.bias = nn.Parameter(torch.zeros(out_features))
 
     @classmethod
-    def from_linear(cls, linear):
+    def from_linear(cls, linear: nn.Linear) -> "ElmoInt8Linear":
         """The int8 form of the `nn.Linear` `linear` (its float weight is not kept)."""
         quantized = cls(linear.in_features, linear.out_features)
         quantized.weight_int8, quantized.weight_scale = quantize_rows(linear.weight)
         quantized.bias = nn.Parameter(linear.bias.detach().float(), requires_grad=linear.bias.requires_grad)
         return quantized
 
-    def to_linear(self):
+    def to_linear(self) -> nn.Linear:
         """An `nn.Linear` holding the dequantized weight (`weight_scale * weight_int8`) and the bias."""
         linear = nn.Linear(self.weight_int8.shape[1], self.weight_int8.shape[0])
         linear.weight = nn.Parameter(self.weight_int8.float() * self.weight_scale.unsqueeze(1))
         linear.bias = nn.Parameter(self.bias.detach().clone())
         return linear
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x `(n, in_features)` float32 -> `(n, out_features)`."""
         return int8_linear(self, x)
 
@@ -86,13 +92,13 @@ class ElmoHighway(nn.Module):
     """One highway layer: `gate * relu(transform(x)) + (1 - gate) * x`, with `gate = sigmoid(gate(x))`. With
     `int8`, its two products hold int8 weights (`ElmoInt8Linear`)."""
 
-    def __init__(self, dim, int8=False):
+    def __init__(self, dim: int, int8: bool = False) -> None:
         super().__init__()
-        linear = ElmoInt8Linear if int8 else nn.Linear
+        linear: Callable[[int, int], nn.Module] = ElmoInt8Linear if int8 else nn.Linear
         self.transform = linear(dim, dim)
         self.gate = linear(dim, dim)
 
-    def quantize_(self, mode):
+    def quantize_(self, mode: str | None) -> None:
         """Hold the two products' weights as int8 (`mode="int8"`) or as float32 (None, dequantized)."""
         for name in ("transform", "gate"):
             linear = getattr(self, name)
@@ -101,7 +107,9 @@ class ElmoHighway(nn.Module):
             elif mode is None and isinstance(linear, ElmoInt8Linear):
                 setattr(self, name, linear.to_linear())
 
-    def forward(self, x, product=None):
+    def forward(
+        self, x: torch.Tensor, product: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None
+    ) -> torch.Tensor:
         """x `(words, dim)` -> `(words, dim)`. `product(linear, x)`, when given, computes `linear(x)` another way (the
         CPU kernels' int8 weights)."""
         gate = torch.sigmoid(self.gate(x) if product is None else product(self.gate, x))
@@ -114,14 +122,16 @@ class ElmoCharacterEncoder(nn.Module):
     projection. The word embedding (`config.word_embedding_dim > 0`, ELMoForManyLangs) reads the last id of each
     row of `input_ids`."""
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__()
         # A parameter of this module (not an nn.Embedding) so that transformers initialises the whole encoder here.
         self.char_embedding = nn.Parameter(torch.empty(config.num_characters, config.char_embedding_dim))
         self.convolutions = nn.ModuleList(
             nn.Conv1d(config.char_embedding_dim, count, kernel_size=width) for width, count in config.filters
         )
-        self.activation = torch.relu if config.activation == "relu" else torch.tanh
+        self.activation: Callable[[torch.Tensor], torch.Tensor] = (
+            torch.relu if config.activation == "relu" else torch.tanh
+        )
         int8 = getattr(config, "weight_quantization", None) == "int8"
         self.highways = nn.ModuleList(
             ElmoHighway(config.num_filters, int8=int8) for _ in range(config.num_highway_layers)
@@ -142,8 +152,9 @@ class ElmoCharacterEncoder(nn.Module):
 
     # Set by `ElmoPreTrainedModel.gradient_checkpointing_enable` (transformers' `_set_gradient_checkpointing`).
     gradient_checkpointing = False
+    _gradient_checkpointing_func: Callable[..., Any]
 
-    def forward(self, char_ids):
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         """char_ids: (..., max_characters_per_token) [+ 1 word id with a word embedding] -> (..., projection_dim).
         With gradient checkpointing on, in training, the convolutions, highways and projection keep only their input
         `(words, chars, char_dim)` for the backward and run again there."""
@@ -157,22 +168,24 @@ class ElmoCharacterEncoder(nn.Module):
             token = self._encode_embedded(chars, word_ids)
         return token.view(*char_ids.shape[:-1], -1)  # (..., projection_dim)
 
-    def _encode_embedded(self, chars, word_ids):
+    def _encode_embedded(self, chars: torch.Tensor, word_ids: torch.Tensor | None) -> torch.Tensor:
         """chars (words, chars, char_dim), word_ids (words,) or None -> (words, projection_dim)."""
         return self.highway_and_project(self.convolve(chars), word_ids)
 
-    def embed(self, char_ids):
+    def embed(self, char_ids: torch.Tensor) -> torch.Tensor:
         """char_ids (..., chars) -> (..., chars, char_dim); id 0 (padding) is the zero vector."""
         return F.embedding(char_ids, self.char_embedding, padding_idx=0)
 
-    def convolve(self, chars, filter_weights=None):
+    def convolve(self, chars: torch.Tensor, filter_weights: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
         """chars (words, chars, char_dim) -> (words, num_filters): every filter bank, max over positions, activation.
         `filter_weights` (optional): each bank's weight `(count, char_dim, width)` to use instead of its own (e.g. a
         bfloat16 copy for bfloat16 `chars`); the result has the biases' dtype."""
         words, _, char_dim = chars.shape
         features = []
-        for index, conv in enumerate(self.convolutions):
+        for index, conv in enumerate(cast(Iterable[nn.Conv1d], self.convolutions)):
             weight = conv.weight if filter_weights is None else filter_weights[index]
+            bias = conv.bias
+            assert bias is not None  # the banks are built with biases
             # One matrix product over all windows of `width` characters (faster than conv1d on these shapes); the
             # Conv1d modules only hold the weights.
             count, _, width = weight.shape
@@ -182,10 +195,15 @@ class ElmoCharacterEncoder(nn.Module):
             responses = responses.view(words, positions, count)
             # The bias is the same at every position, so it is added after the max (rounding is monotonic: the same
             # result as adding it first, without a bias-sized copy per position).
-            features.append(self.activation(responses.amax(dim=1).to(conv.bias.dtype) + conv.bias))
+            features.append(self.activation(responses.amax(dim=1).to(bias.dtype) + bias))
         return torch.cat(features, dim=-1)
 
-    def highway_and_project(self, token, word_ids=None, product=None):
+    def highway_and_project(
+        self,
+        token: torch.Tensor,
+        word_ids: torch.Tensor | None = None,
+        product: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """token (words, num_filters) -> (words, projection_dim): the highway layers, the word embedding of `word_ids`
         (words,) appended when the model has one, then the projection. `product`: as for `ElmoHighway.forward`."""
         for highway in self.highways:
@@ -215,7 +233,15 @@ class ElmoBiLstmLayer(nn.Module):
         proj_clip (float or None): clip of the projected output.
     """
 
-    def __init__(self, input_dim, lstm_dim, projection_dim, cell_clip, proj_clip, weight_quantization=None):
+    def __init__(
+        self,
+        input_dim: int,
+        lstm_dim: int,
+        projection_dim: int,
+        cell_clip: float | None,
+        proj_clip: float | None,
+        weight_quantization: str | None = None,
+    ) -> None:
         super().__init__()
         # Weights in the (in, out) layout of `x @ weight`: every product reads them as stored, where a transposed
         # view would make the small per-step products several times slower (or cost a copy per call).
@@ -241,11 +267,11 @@ class ElmoBiLstmLayer(nn.Module):
     __jit_unused_properties__ = ["weight_quantization"]
 
     @property
-    def weight_quantization(self):
+    def weight_quantization(self) -> str | None:
         """ "int8" when the layer holds its weights as int8 (`quantize_`), else None."""
         return "int8" if "input_weight_int8" in self._buffers else None
 
-    def quantize_(self, mode):
+    def quantize_(self, mode: str | None) -> None:
         r"""
         Hold W, U and P as int8 with one float32 scale per output row (`mode="int8"`: buffers `input_weight_int8`
         `(2, out, in)` and `input_weight_scale` `(2, out)`, ...; the float32 parameters are dropped), or as float32
@@ -256,21 +282,28 @@ class ElmoBiLstmLayer(nn.Module):
             return
         for name in self.WEIGHTS:
             if mode == "int8":
-                values, scales = quantize_rows(self._parameters.pop(name).transpose(1, 2))
+                float_weight = self._parameters.pop(name)
+                assert float_weight is not None  # every float32 weight is registered (`__init__`, `quantize_(None)`)
+                values, scales = quantize_rows(float_weight.transpose(1, 2))
                 self.register_buffer(f"{name}_int8", values)
                 self.register_buffer(f"{name}_scale", scales)
             else:
-                values, scales = self._buffers.pop(f"{name}_int8"), self._buffers.pop(f"{name}_scale")
-                weight = (values.float() * scales.unsqueeze(-1)).transpose(1, 2).contiguous()
+                int8_values, int8_scales = self._buffers.pop(f"{name}_int8"), self._buffers.pop(f"{name}_scale")
+                assert int8_values is not None and int8_scales is not None  # registered with the int8 weights
+                weight = (int8_values.float() * int8_scales.unsqueeze(-1)).transpose(1, 2).contiguous()
                 if name == "projection_weight":  # the float32 layer's order: W, U, b, P
                     self.register_parameter("bias", self._parameters.pop("bias"))
                 self.register_parameter(name, nn.Parameter(weight))
 
-    def input_gates(self, inputs):
+    def input_gates(self, inputs: torch.Tensor) -> torch.Tensor:
         """Each direction's input share of the gates, `x W + b`: `(2, n, input_dim)` -> `(2, n, 4 * lstm_dim)`."""
-        return torch.baddbmm(self.bias.unsqueeze(1), inputs, self.input_weight)
+        input_weight = self.input_weight  # registered by name (`WEIGHTS`), which the type checker cannot see
+        assert isinstance(input_weight, torch.Tensor)  # (TorchScript compiles it to a cast, no check)
+        return torch.baddbmm(self.bias.unsqueeze(1), inputs, input_weight)
 
-    def forward(self, inputs, mask, cell, hidden):
+    def forward(
+        self, inputs: torch.Tensor, mask: torch.Tensor, cell: torch.Tensor, hidden: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         r"""
         Args:
             inputs (`(2, batch, words, input_dim)`): each direction's input, in the order it reads the words.
@@ -283,11 +316,15 @@ class ElmoBiLstmLayer(nn.Module):
         """
         batch, words = mask.shape
         gate_inputs = self.input_gates(inputs.flatten(1, 2)).view(2, batch, words, -1)  # (2, batch, words, 4 * lstm)
-        outputs = []
+        # The weights are registered by name (`WEIGHTS`), which the type checker cannot see; TorchScript compiles the
+        # isinstance to a cast, no check.
+        recurrent_weight, projection_weight = self.recurrent_weight, self.projection_weight
+        assert isinstance(recurrent_weight, torch.Tensor) and isinstance(projection_weight, torch.Tensor)
+        outputs: list[torch.Tensor] = []
         for step_gate_input, running in zip(gate_inputs.unbind(2), mask.t()):
-            gates = torch.baddbmm(step_gate_input, hidden, self.recurrent_weight)  # (2, batch, 4 * lstm_dim)
+            gates = torch.baddbmm(step_gate_input, hidden, recurrent_weight)  # (2, batch, 4 * lstm_dim)
             new_cell, memory = lstm_cell_step(gates, cell, self.cell_clip)
-            new_hidden = clip(torch.bmm(memory, self.projection_weight), self.proj_clip)  # (2, batch, projection_dim)
+            new_hidden = clip(torch.bmm(memory, projection_weight), self.proj_clip)  # (2, batch, projection_dim)
             # Rows without a word at this step (padding) keep their state, so it ends after their last word.
             running = running.view(1, batch, 1)
             cell = torch.where(running, new_cell, cell)
@@ -299,7 +336,7 @@ class ElmoBiLstmLayer(nn.Module):
 class ElmoBiLstm(nn.Module):
     """ELMo's stacked bidirectional LSTM with optional residual connections between layers."""
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
             ElmoBiLstmLayer(
@@ -317,14 +354,22 @@ class ElmoBiLstm(nn.Module):
         self.projection_dim = config.projection_dim
 
     @property
-    def weight_quantization(self):
+    def weight_quantization(self) -> str | None:
         """ "int8" when the layers hold int8 weights (`ElmoModel.quantize_weights`), else None."""
-        return self.layers[0].weight_quantization if len(self.layers) else None
+        return cast(ElmoBiLstmLayer, self.layers[0]).weight_quantization if len(self.layers) else None
 
     # Set by `ElmoPreTrainedModel.gradient_checkpointing_enable` (transformers' `_set_gradient_checkpointing`).
     gradient_checkpointing = False
+    _gradient_checkpointing_func: Callable[..., Any]
 
-    def forward(self, inputs, mask, lstm_states=None, dropout=0.0, implementation="reference"):
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        mask: torch.Tensor,
+        lstm_states: tuple[torch.Tensor, torch.Tensor] | None = None,
+        dropout: float = 0.0,
+        implementation: str = "reference",
+    ) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         r"""
         Args:
             inputs (`(batch, words, projection_dim)`): the token representation of each word, 0 at padded positions.
@@ -357,20 +402,24 @@ class ElmoBiLstm(nn.Module):
             else None
         )
         if implementation == "packed":
-            layer_outputs, final_cells, final_hiddens = bilstm_training_forward(
+            packed_outputs, packed_cells, packed_hiddens = bilstm_training_forward(
                 self, inputs, mask, cells, hiddens, dropout, zero_state=lstm_states is None, checkpoint=checkpoint
             )
-            return layer_outputs, self.final_states(final_cells, final_hiddens, carried)
+            return packed_outputs, self.final_states(packed_cells, packed_hiddens, carried)
         reverse_index = reverse_words_index(mask.sum(dim=1), words)  # (batch, words)
         # Direction 0 reads each row's words in order, direction 1 backwards.
         layer_input = torch.stack([inputs, gather_words(inputs, reverse_index)])  # (2, batch, words, projection_dim)
 
-        layer_outputs, final_cells, final_hiddens = [], [], []
-        for index, layer in enumerate(self.layers):
+        layer_outputs: list[torch.Tensor] = []
+        final_cells: list[torch.Tensor] = []
+        final_hiddens: list[torch.Tensor] = []
+        for index, layer in enumerate(cast(Iterable[ElmoBiLstmLayer], self.layers)):
             if dropout:
                 layer_input = F.dropout(layer_input, dropout, training=True)
             # output: (2, batch, words, projection_dim); "fused": the same step, its elementwise work fused
-            run_layer = functools.partial(fused_layer_forward, layer) if implementation == "fused" else layer
+            run_layer: Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]] = (
+                functools.partial(fused_layer_forward, layer) if implementation == "fused" else layer
+            )
             if checkpoint is None:
                 output, (cell, hidden) = run_layer(layer_input, mask, cells[index], hiddens[index])
             else:
@@ -385,7 +434,9 @@ class ElmoBiLstm(nn.Module):
             layer_input = output
         return layer_outputs, self.final_states(torch.stack(final_cells), torch.stack(final_hiddens), carried)
 
-    def initial_states(self, lstm_states, batch, like):
+    def initial_states(
+        self, lstm_states: tuple[torch.Tensor, torch.Tensor] | None, batch: int, like: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         r"""
         The state each layer starts from, and the rows of `lstm_states` past the batch.
 
@@ -414,7 +465,9 @@ class ElmoBiLstm(nn.Module):
         return cells[:, :, :batch], hiddens[:, :, :batch], carried
 
     @staticmethod
-    def final_states(cells, hiddens, carried):
+    def final_states(
+        cells: torch.Tensor, hiddens: torch.Tensor, carried: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The returned `(cell, hidden)`: each batch row's final state `(layers, 2, batch, dim)`, then the carried rows
         of `initial_states`: `(layers, 2, max(batch, rows), dim)`."""
         if carried is not None and carried[0].shape[2]:
@@ -422,7 +475,7 @@ class ElmoBiLstm(nn.Module):
             hiddens = torch.cat([hiddens, carried[1]], dim=2)  # (layers, 2, rows, projection_dim)
         return cells, hiddens
 
-    def _checked_states(self, lstm_states, like):
+    def _checked_states(self, lstm_states: object, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The `(cell, hidden)` pair of `lstm_states`, checked: any number of rows, the same in both."""
         if not isinstance(lstm_states, (tuple, list)) or len(lstm_states) != 2:
             raise ValueError("lstm_states must be a (cell, hidden) pair, as returned in ElmoModelOutput.lstm_states")
@@ -438,7 +491,9 @@ class ElmoBiLstm(nn.Module):
         return cells.to(like), hiddens.to(like)
 
 
-def _flat_layer_forward(run_layer, *inputs):
+def _flat_layer_forward(
+    run_layer: Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]], *inputs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`run_layer(*inputs)`'s `output, (cell, hidden)` as one flat tuple, as a checkpointed function returns them."""
     output, (cell, hidden) = run_layer(*inputs)
     return output, cell, hidden
