@@ -18,7 +18,7 @@ import importlib
 import math
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -515,7 +515,15 @@ class ElmoScalarMix(nn.Module):
         l2_coef (float, defaults to 0.0): coefficient of [`~ElmoScalarMix.l2_penalty`].
     """
 
-    def __init__(self, num_layers, initial_weights=None, trainable=True, do_layer_norm=False, dropout=0.0, l2_coef=0.0):
+    def __init__(
+        self,
+        num_layers: int,
+        initial_weights: Sequence[float] | None = None,
+        trainable: bool = True,
+        do_layer_norm: bool = False,
+        dropout: float = 0.0,
+        l2_coef: float = 0.0,
+    ) -> None:
         super().__init__()
         if initial_weights is None:
             initial_weights = [0.0] * num_layers
@@ -530,15 +538,15 @@ class ElmoScalarMix(nn.Module):
         self.l2_coef = l2_coef
 
     @property
-    def normalized_weights(self):
+    def normalized_weights(self) -> torch.Tensor:
         """The layer weights after the softmax, shape `(num_layers,)`."""
         return torch.softmax(self.weights, dim=0)
 
-    def l2_penalty(self):
+    def l2_penalty(self) -> torch.Tensor:
         """`l2_coef * sum(weights ** 2)` on the un-normalised weights (a scalar tensor)."""
         return self.l2_coef * (self.weights**2).sum()
 
-    def forward(self, layers, mask):
+    def forward(self, layers: Sequence[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
         r"""
         Args:
             layers (sequence of `num_layers` tensors of shape `(batch, words, dim)`): the layers to mix.
@@ -571,7 +579,7 @@ class ElmoTaskWordEmbedding(nn.Module):
         word_dropout (float): while training, look each word up as the unknown word with this probability.
     """
 
-    def __init__(self, vocab, dim, lowercase=True, word_dropout=0.0):
+    def __init__(self, vocab: Sequence[str], dim: int, lowercase: bool = True, word_dropout: float = 0.0) -> None:
         super().__init__()
         self.lowercase = lowercase
         self.word_dropout = word_dropout
@@ -579,7 +587,7 @@ class ElmoTaskWordEmbedding(nn.Module):
         self.embedding = nn.Embedding(len(vocab) + 1, dim)
 
     @torch.compiler.disable
-    def word_ids(self, input_ids, mask):
+    def word_ids(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch, words, chars)` character ids and their `(batch, words)` mask -> `(batch, words)` rows (0 for
         unknown words and padding); each distinct word is decoded once. A dictionary lookup of strings: under
         `torch.compile` it runs eagerly, between two graphs."""
@@ -591,7 +599,7 @@ class ElmoTaskWordEmbedding(nn.Module):
         ids = torch.tensor(rows, dtype=torch.long, device=input_ids.device)[inverse]  # (real words,)
         return torch.zeros(mask.shape, dtype=torch.long, device=input_ids.device).masked_scatter(mask, ids)
 
-    def forward(self, input_ids, mask):
+    def forward(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch, words, chars)` character ids, `(batch, words)` bool mask -> `(batch, words, dim)`."""
         rows = self.word_ids(input_ids, mask)  # (batch, words)
         if self.training and self.word_dropout > 0:
@@ -600,7 +608,7 @@ class ElmoTaskWordEmbedding(nn.Module):
         return self.embedding(rows)
 
     @torch.no_grad()
-    def load_vectors(self, vectors):
+    def load_vectors(self, vectors: Mapping[str, torch.Tensor]) -> int:
         """Copies `vectors` (a dict word -> 1-D tensor of the embedding's width) into the rows of the words it has;
         returns how many rows it set."""
         found = 0
@@ -620,10 +628,10 @@ class ElmoTaskEncoder(nn.Module):
     paper's baseline, the task model without ELMo. The biLM runs without gradients when `config.freeze_bilm`.
     """
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__()
         num_layers = config.num_lstm_layers + 1
-        mix_options = dict(
+        mix_options: dict[str, Any] = dict(
             initial_weights=config.scalar_mix_initial_weights,
             trainable=config.scalar_mix_trainable,
             do_layer_norm=config.scalar_mix_do_layer_norm,
@@ -651,6 +659,7 @@ class ElmoTaskEncoder(nn.Module):
             + (config.hidden_size if config.use_input_elmo else 0)
             + (config.task_word_embedding_dim if self.task_words is not None else 0)
         )
+        self.lstm: nn.LSTM | None
         if config.task_encoder_layers > 0:
             self.lstm = nn.LSTM(
                 input_size,
@@ -666,11 +675,17 @@ class ElmoTaskEncoder(nn.Module):
         if self.output_mix is not None:
             self.output_size += config.hidden_size
 
-    def l2_penalty(self):
+    def l2_penalty(self) -> torch.Tensor:
         """The scalar mixes' L2 terms, summed (a scalar tensor)."""
         return sum((mix.l2_penalty() for mix in (self.input_mix, self.output_mix) if mix is not None), torch.zeros(()))
 
-    def forward(self, elmo, input_ids, attention_mask=None, elmo_hidden_states=None):
+    def forward(
+        self,
+        elmo: "ElmoModel",
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None = None,
+        elmo_hidden_states: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         r"""
         Args:
             elmo ([`ElmoModel`]): the head's biLM.
@@ -714,16 +729,19 @@ class ElmoTaskEncoder(nn.Module):
     # torch.compile's graphs take neither packed sequences nor `nn.LSTM` (Dynamo refuses the module): compiled, the
     # task biLSTM runs eagerly, between two graphs.
     @torch.compiler.disable
-    def _task_lstm(self, features, mask):
+    def _task_lstm(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The task biLSTM over each row's real words: `(batch, words, input_size)` -> `(batch, words, 2 *
         task_encoder_hidden_size)`, 0 at padding."""
+        assert self.lstm is not None  # called only with a task biLSTM
         packed = nn.utils.rnn.pack_padded_sequence(
             features, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False
         )
         encoded, _ = self.lstm(packed)
         return nn.utils.rnn.pad_packed_sequence(encoded, batch_first=True, total_length=features.shape[1])[0]
 
-    def _checked_precomputed(self, elmo, elmo_hidden_states, attention_mask):
+    def _checked_precomputed(
+        self, elmo: "ElmoModel", elmo_hidden_states: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """The `(batch, words)` bool mask for precomputed `elmo_hidden_states`, after checking both."""
         if not self.freeze_bilm:
             raise ValueError(
@@ -753,13 +771,13 @@ class ElmoCrf(nn.Module):
         num_tags (int): number of tags.
     """
 
-    def __init__(self, num_tags):
+    def __init__(self, num_tags: int) -> None:
         super().__init__()
         self.start_transitions = nn.Parameter(torch.zeros(num_tags))
         self.end_transitions = nn.Parameter(torch.zeros(num_tags))
         self.transitions = nn.Parameter(torch.zeros(num_tags, num_tags))  # [from, to]
 
-    def log_likelihood(self, emissions, tags, mask):
+    def log_likelihood(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         r"""
         Args:
             emissions (`(batch, steps, num_tags)`), tags (`(batch, steps)` ints), mask (`(batch, steps)` bool,
@@ -785,7 +803,7 @@ class ElmoCrf(nn.Module):
         score = score + self.end_transitions[last_tags]
         return score - torch.logsumexp(log_partition + self.end_transitions, dim=1)
 
-    def decode(self, emissions, mask):
+    def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
         r"""
         Viterbi decoding.
 
@@ -804,7 +822,7 @@ class ElmoCrf(nn.Module):
             best = torch.where(active, step_best + emissions[:, step], best)
             backpointers.append(step_pointer)
         best = best + self.end_transitions
-        paths = []
+        paths: list[list[int]] = []
         for row, length in enumerate(mask.sum(dim=1).tolist()):
             tag = int(best[row].argmax())
             path = [tag]
@@ -815,7 +833,7 @@ class ElmoCrf(nn.Module):
         return paths
 
 
-def decoded_tags(head, logits, mask):
+def decoded_tags(head: nn.Module, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     r"""
     A token-classification head's [`~ElmoForTokenClassification.decode`] tags laid back on the words. Takes any head
     with that method, so that a head loaded with `trust_remote_code=True` from an older copy of this file works too.
@@ -830,12 +848,13 @@ def decoded_tags(head, logits, mask):
     """
     tags = torch.full(mask.shape, -1, dtype=torch.long, device=logits.device)
     # decode gives each row's tags in word order, which is the order a boolean mask assigns them in.
-    decoded = [tag for row in head.decode(logits, mask) for tag in row]
+    decode = cast(Callable[[torch.Tensor, torch.Tensor], list[list[int]]], head.decode)  # any head's method
+    decoded = [tag for row in decode(logits, mask) for tag in row]
     tags[mask] = torch.tensor(decoded, dtype=torch.long, device=logits.device)
     return tags
 
 
-def _left_align(mask):
+def _left_align(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For a `(batch, words)` bool mask, the `(batch, words)` index that moves each row's True positions first (in
     order), and the left-aligned mask."""
     order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # (batch, words)
@@ -843,7 +862,7 @@ def _left_align(mask):
     return order, aligned
 
 
-def _check_num_labels(config, head_name):
+def _check_num_labels(config: ElmoConfig, head_name: str) -> int:
     if not config.num_labels:
         raise ValueError(f"{head_name} needs config.num_labels (or id2label), got num_labels={config.num_labels!r}")
     return config.num_labels
@@ -860,13 +879,13 @@ class ElmoLogUniformSampler:
         vocab_size (int): V.
     """
 
-    def __init__(self, vocab_size):
+    def __init__(self, vocab_size: int) -> None:
         self.vocab_size = vocab_size
         # On the CPU even when the model is built on the meta device (from_pretrained): this is no parameter.
         ids = torch.arange(vocab_size, dtype=torch.float64, device="cpu")
         self.log_probabilities = torch.log(torch.log1p(1.0 / (ids + 1.0)) / math.log(vocab_size + 1.0))  # (V,)
 
-    def sample(self, num_sampled, generator=None):
+    def sample(self, num_sampled: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, int | None]:
         """Returns `num_sampled` distinct class ids `(num_sampled,)` and the number of draws it took."""
         if num_sampled == self.vocab_size:
             return torch.arange(self.vocab_size), None
@@ -887,7 +906,7 @@ class ElmoLogUniformSampler:
         first_draw = first_draw.sort().values[:num_sampled]
         return draws[first_draw], int(first_draw[-1]) + 1
 
-    def log_expected_counts(self, ids, tries):
+    def log_expected_counts(self, ids: torch.Tensor, tries: int | None) -> torch.Tensor:
         """log of the expected count of each class in `ids` (any shape) after `tries` draws (None: all drawn)."""
         if tries is None:
             return torch.zeros(ids.shape, dtype=torch.float64)
@@ -895,7 +914,15 @@ class ElmoLogUniformSampler:
         return torch.log(-torch.expm1(tries * torch.log1p(-torch.exp(self.log_probabilities[ids]))))
 
 
-def elmo_sampled_softmax_loss(hidden, targets, weight, bias, sampled, log_expected_targets, log_expected_sampled):
+def elmo_sampled_softmax_loss(
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    sampled: torch.Tensor,
+    log_expected_targets: torch.Tensor,
+    log_expected_sampled: torch.Tensor,
+) -> torch.Tensor:
     r"""
     Sampled softmax cross-entropy, as TensorFlow's `sampled_softmax_loss` with `remove_accidental_hits=True`:
     each logit is lowered by the log of its class's expected count, and a negative equal to the row's target is
