@@ -18,9 +18,9 @@ import importlib
 import math
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -1008,9 +1008,13 @@ class ElmoForPreTrainingOutput(ModelOutput):
     lstm_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
 
 
+_ElmoModelT = TypeVar("_ElmoModelT", bound="ElmoPreTrainedModel")
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     """Weight initialisation as bilm-tf trains from scratch, and the transformers plumbing."""
 
+    config: ElmoConfig
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
@@ -1027,47 +1031,52 @@ class ElmoPreTrainedModel(PreTrainedModel):
     # transformers' tags for the cards of this model (every card also has "elmo"); `add_model_tags` adds more.
     model_tags = ["elmo", "elmo-hf"]
 
-    def __init__(self, config, *inputs, **kwargs):
+    def __init__(self, config: ElmoConfig, *inputs: Any, **kwargs: Any) -> None:
         super().__init__(config, *inputs, **kwargs)
         self.model_tags = list(type(self).model_tags)  # per model: `add_model_tags` appends in place
 
-    def _init_weights(self, module):
+    def _init_weights(self, module: nn.Module) -> None:
         # transformers calls this for modules with parameters of their own, children before parents.
         if isinstance(module, ElmoCharacterEncoder):
             if not getattr(module.char_embedding, "_is_hf_initialized", False):
                 embedding = torch.empty_like(module.char_embedding).uniform_(-1.0, 1.0)
                 embedding[0] = 0.0  # id 0 is padding
                 init.copy_(module.char_embedding, embedding)
-            for conv, (width, _) in zip(module.convolutions, self.config.filters):
+            for conv, (width, _) in zip(cast(Iterable[nn.Conv1d], module.convolutions), self.config.filters):
                 if self.config.activation == "relu":
                     init.uniform_(conv.weight, -0.05, 0.05)
                 else:
                     init.normal_(conv.weight, 0.0, math.sqrt(1.0 / (width * self.config.char_embedding_dim)))
-                init.zeros_(conv.bias)
-            for highway in module.highways:
+                init.zeros_(cast(torch.Tensor, conv.bias))  # the banks are built with biases
+            for highway in cast(Iterable[ElmoHighway], module.highways):
                 if isinstance(highway.gate, ElmoInt8Linear):
                     continue  # int8 weights come from their checkpoint
+                transform, gate = cast(nn.Linear, highway.transform), cast(nn.Linear, highway.gate)  # float32 layers
                 std = math.sqrt(1.0 / self.config.num_filters)
-                init.normal_(highway.transform.weight, 0.0, std)
-                init.zeros_(highway.transform.bias)
-                init.normal_(highway.gate.weight, 0.0, std)
-                init.constant_(highway.gate.bias, -2.0)  # starts close to the identity
+                init.normal_(transform.weight, 0.0, std)
+                init.zeros_(transform.bias)
+                init.normal_(gate.weight, 0.0, std)
+                init.constant_(gate.bias, -2.0)  # starts close to the identity
             if module.projection is not None:
                 init.normal_(module.projection.weight, 0.0, math.sqrt(1.0 / self.config.num_filters))
                 init.zeros_(module.projection.bias)
         elif isinstance(module, ElmoBiLstmLayer) and module.weight_quantization is not None:
             return  # int8 weights come from their checkpoint
         elif isinstance(module, ElmoBiLstmLayer):
-            input_dim, four_lstm_dim = module.input_weight.shape[1:]
-            bound = math.sqrt(6.0 / (input_dim + module.recurrent_weight.shape[1] + four_lstm_dim))
-            init.uniform_(module.input_weight, -bound, bound)
-            init.uniform_(module.recurrent_weight, -bound, bound)
+            # The float32 weights, registered by name (`ElmoBiLstmLayer.WEIGHTS`), which the type checker cannot see.
+            input_weight, recurrent_weight, projection_weight = (
+                cast(torch.Tensor, getattr(module, name)) for name in module.WEIGHTS
+            )
+            input_dim, four_lstm_dim = input_weight.shape[1:]
+            bound = math.sqrt(6.0 / (input_dim + recurrent_weight.shape[1] + four_lstm_dim))
+            init.uniform_(input_weight, -bound, bound)
+            init.uniform_(recurrent_weight, -bound, bound)
             lstm_dim = four_lstm_dim // 4
             bias = torch.zeros(2, four_lstm_dim)
             bias[:, lstm_dim : 2 * lstm_dim] = 1.0  # forget gate bias of 1, as TensorFlow's LSTMCell
             init.copy_(module.bias, bias)
-            projection_bound = math.sqrt(6.0 / (lstm_dim + module.projection_weight.shape[2]))
-            init.uniform_(module.projection_weight, -projection_bound, projection_bound)
+            projection_bound = math.sqrt(6.0 / (lstm_dim + projection_weight.shape[2]))
+            init.uniform_(projection_weight, -projection_bound, projection_bound)
         elif isinstance(module, ElmoScalarMix):
             init.copy_(module.weights, torch.tensor(module.initial_weights))
             init.ones_(module.gamma)
@@ -1081,7 +1090,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
             super()._init_weights(module)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+    def from_pretrained(
+        cls: type[_ElmoModelT],
+        pretrained_model_name_or_path: str | os.PathLike[str] | None,
+        *model_args: Any,
+        **kwargs: Any,
+    ) -> _ElmoModelT:
         r"""
         `PreTrainedModel.from_pretrained`, made strict for ELMo checkpoints:
 
@@ -1108,8 +1122,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
         allow_mismatched_heads = kwargs.get("ignore_mismatched_sizes", False)
         kwargs["ignore_mismatched_sizes"] = True  # mismatches are reported below, by name
         try:
-            model, loading_info = super().from_pretrained(
-                pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+            # transformers annotates the model alone as the result, also for output_loading_info=True.
+            model, loading_info = cast(
+                "tuple[_ElmoModelT, dict[str, Any]]",
+                super().from_pretrained(pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs),
             )
         except SafetensorError as error:
             raise OSError(
@@ -1118,32 +1134,38 @@ class ElmoPreTrainedModel(PreTrainedModel):
             ) from error
         model._check_weights_match_config(pretrained_model_name_or_path, loading_info, allow_mismatched_heads)
         if model._head_over_a_bilm and any(name.startswith("classifier.") for name in loading_info["missing_keys"]):
+            assert pretrained_model_name_or_path is not None  # a new head is built over a named biLM checkpoint
             model._record_bilm(pretrained_model_name_or_path)
         # Loading replaces parameters by new, trainable ones: freeze again what a head keeps fixed.
         model._apply_frozen_parameters()
-        return (model, loading_info) if return_loading_info else model
+        # As transformers' own from_pretrained, whose annotation names only the model: (model, loading_info) with
+        # output_loading_info=True.
+        return (model, loading_info) if return_loading_info else model  # type: ignore[return-value]
 
-    def push_to_hub(
+    # transformers wraps PreTrainedModel.push_to_hub with functools.wraps, which typeshed types as a callable object
+    # that binds no `self` (no `__get__`): no method matches it, and calling it through `super()` wants the model as
+    # its first argument. Both ignores below are for that stub.
+    def push_to_hub(  # type: ignore[override]
         self,
-        repo_id,
+        repo_id: str,
         *,
-        commit_message=None,
-        commit_description=None,
-        private=None,
-        token=None,
-        revision=None,
-        create_pr=False,
-        max_shard_size="50GB",
-        tags=None,
-        card=None,
-    ):
+        commit_message: str | None = None,
+        commit_description: str | None = None,
+        private: bool | None = None,
+        token: bool | str | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+        max_shard_size: int | str | None = "50GB",
+        tags: list[str] | str | None = None,
+        card: dict[str, Any] | None = None,
+    ) -> str:
         """transformers' `push_to_hub`, publishing elmo-hf's model card (`elmo_hf.hub.model_card`: the pipeline tag of
         this class, usage code, the biLM a head came from, architecture, citation) in the same commit as the weights,
         so that `revision` and `create_pr` hold for the card too (with `create_pr=True` main is untouched). A repo
         that already has an elmo-hf card keeps it (tags merged) unless `card` is given: the keyword arguments of
         `render_model_card` (e.g. `evaluation` from `model_card.evaluation_results`, `baseline`, `datasets`).
         Copies of this file loaded with `trust_remote_code` (no elmo-hf package) push with transformers' card."""
-        hub_options = dict(
+        hub_options: dict[str, Any] = dict(
             commit_message=commit_message,
             commit_description=commit_description,
             private=private,
@@ -1153,17 +1175,21 @@ class ElmoPreTrainedModel(PreTrainedModel):
             tags=tags,
         )
         if not self._has_elmo_hf_card:
-            return super().push_to_hub(repo_id, max_shard_size=max_shard_size, **hub_options)
+            return super().push_to_hub(repo_id, max_shard_size=max_shard_size, **hub_options)  # type: ignore[arg-type]
         with tempfile.TemporaryDirectory() as folder:
             self.save_pretrained(folder, max_shard_size=max_shard_size)
             return self._publish_with_card(folder, repo_id, {}, card=card, **hub_options)
 
-    def save_pretrained(self, save_directory, *args, push_to_hub=False, **kwargs):
+    def save_pretrained(
+        self, save_directory: str | os.PathLike[str], *args: Any, push_to_hub: bool = False, **kwargs: Any
+    ) -> str | None:
         """transformers' `save_pretrained`; with `push_to_hub=True` the upload carries elmo-hf's model card, as
         `push_to_hub` does (keyword arguments `repo_id`, `commit_message`, `commit_description`, `private`, `token`,
         `revision`, `create_pr`, `tags`, `card`), instead of transformers' generic one."""
         if not push_to_hub or not self._has_elmo_hf_card:
-            return super().save_pretrained(save_directory, *args, push_to_hub=push_to_hub, **kwargs)
+            # push_to_hub inside the keywords: beside `*args`, the type checker would count a named one twice.
+            return super().save_pretrained(save_directory, *args, **{**kwargs, "push_to_hub": push_to_hub})
+
         names = ("commit_message", "commit_description", "private", "token", "revision", "create_pr", "tags", "card")
         hub_options = {name: kwargs.pop(name) for name in names if name in kwargs}
         repo_id = kwargs.pop("repo_id", None) or os.path.basename(os.path.normpath(os.fspath(save_directory)))
@@ -1173,25 +1199,25 @@ class ElmoPreTrainedModel(PreTrainedModel):
         return self._publish_with_card(save_directory, repo_id, timestamps, **hub_options)
 
     @property
-    def _has_elmo_hf_card(self):
+    def _has_elmo_hf_card(self) -> bool:
         # Imported by name below: transformers refuses remote code whose import statements name missing packages.
         return type(self).__module__.startswith("elmo_hf.")
 
     def _publish_with_card(
         self,
-        folder,
-        repo_id,
-        timestamps,
+        folder: str | os.PathLike[str],
+        repo_id: str,
+        timestamps: dict[str, float],
         *,
-        commit_message=None,
-        commit_description=None,
-        private=None,
-        token=None,
-        revision=None,
-        create_pr=False,
-        tags=None,
-        card=None,
-    ):
+        commit_message: str | None = None,
+        commit_description: str | None = None,
+        private: bool | None = None,
+        token: bool | str | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+        tags: list[str] | str | None = None,
+        card: dict[str, Any] | None = None,
+    ) -> str:
         """Create `repo_id` when needed, write elmo-hf's README.md into `folder` and commit the files of `folder`
         changed since `timestamps` (all when empty) in one commit."""
         from huggingface_hub import HfApi
@@ -1218,32 +1244,36 @@ class ElmoPreTrainedModel(PreTrainedModel):
             commit_description=commit_description,
         )
 
-    def _record_bilm(self, name_or_path):
+    def _record_bilm(self, name_or_path: str | os.PathLike[str]) -> None:
         """Record in the config the biLM this new head was built on: a Hub repo id as given, a local folder by its
         name only (its path means nothing on another machine), for the model card's `base_model`."""
         source = os.fspath(name_or_path)
         self.config.bilm_name_or_path = os.path.basename(os.path.normpath(source)) if os.path.isdir(source) else source
 
-    def quantize_weights(self, mode="int8"):
+    def quantize_weights(self: _ElmoModelT, mode: str | None = "int8") -> _ElmoModelT:
         """`ElmoModel.quantize_weights` on this model's biLM (a head's or the language model's); returns the model."""
-        self.elmo.quantize_weights(mode)
+        cast("ElmoModel", self.elmo).quantize_weights(mode)
         self._apply_frozen_parameters()
         return self
 
     # Whether `config.freeze_bilm` applies: a task head's setting. The language model trains its own biLM.
     _head_over_a_bilm = False
 
-    def _apply_frozen_parameters(self):
+    def _apply_frozen_parameters(self) -> None:
         if self._head_over_a_bilm and self.config.freeze_bilm:
             self.elmo.requires_grad_(False)
         for module in self.modules():
             if isinstance(module, ElmoScalarMix):
                 module.requires_grad_(module.trainable)
 
-    def _check_weights_match_config(self, source, loading_info, allow_mismatched_heads):
+    def _check_weights_match_config(
+        self, source: str | os.PathLike[str] | None, loading_info: Mapping[str, Any], allow_mismatched_heads: bool
+    ) -> None:
         """Raise unless every ELMo parameter was loaded from the checkpoint with the shape the config gives it."""
 
-        def is_elmo_parameter(name):  # "encoder.layers.0.bias" in ElmoModel, "elmo.encoder.layers.0.bias" in a head
+        def is_elmo_parameter(
+            name: str,
+        ) -> bool:  # "encoder.layers.0.bias" in ElmoModel, "elmo.encoder.layers.0.bias" in a head
             return name.removeprefix(f"{self.base_model_prefix}.").startswith(_ELMO_SUBMODULES)
 
         for name, file_shape, expected_shape in sorted(_mismatched_keys(loading_info)):
@@ -1279,7 +1309,7 @@ _CONFIG_FIELDS_BY_PARAMETER = {
 }
 
 
-def _mismatched_keys(loading_info):
+def _mismatched_keys(loading_info: Mapping[str, Any]) -> Collection[tuple[str, Sequence[int], Sequence[int]]]:
     """The `(name, shape in the file, shape the model expects)` triples of `from_pretrained`'s
     `loading_info["mismatched_keys"]`. transformers does not document that format
     (tests/model/test_transformers_contract.py pins it): a change is named here instead of misread."""
@@ -1295,7 +1325,8 @@ def _mismatched_keys(loading_info):
     return entries
 
 
-def _config_fields_of(parameter_name):
+def _config_fields_of(parameter_name: str) -> str:
+
     for part, fields in _CONFIG_FIELDS_BY_PARAMETER.items():
         if part in parameter_name:
             return fields
