@@ -973,9 +973,9 @@ class ElmoModelOutput(ModelOutput):
             as bilm-tf does.
     """
 
-    last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    lstm_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+    last_hidden_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    lstm_states: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass
@@ -999,16 +999,17 @@ class ElmoForPreTrainingOutput(ModelOutput):
         lstm_states (tuple of two `torch.FloatTensor`s): as in [`ElmoModelOutput`], to continue each row.
     """
 
-    loss: torch.FloatTensor | None = None
-    forward_loss: torch.FloatTensor | None = None
-    backward_loss: torch.FloatTensor | None = None
-    forward_logits: torch.FloatTensor | None = None
-    backward_logits: torch.FloatTensor | None = None
-    last_hidden_state: torch.FloatTensor | None = None
-    lstm_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+    loss: torch.Tensor | None = None
+    forward_loss: torch.Tensor | None = None
+    backward_loss: torch.Tensor | None = None
+    forward_logits: torch.Tensor | None = None
+    backward_logits: torch.Tensor | None = None
+    last_hidden_state: torch.Tensor | None = None
+    lstm_states: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 _ElmoModelT = TypeVar("_ElmoModelT", bound="ElmoPreTrainedModel")
+_ElmoBiLmT = TypeVar("_ElmoBiLmT", bound="ElmoModel")
 
 
 class ElmoPreTrainedModel(PreTrainedModel):
@@ -1313,7 +1314,7 @@ def _mismatched_keys(loading_info: Mapping[str, Any]) -> Collection[tuple[str, S
     """The `(name, shape in the file, shape the model expects)` triples of `from_pretrained`'s
     `loading_info["mismatched_keys"]`. transformers does not document that format
     (tests/model/test_transformers_contract.py pins it): a change is named here instead of misread."""
-    entries = loading_info.get("mismatched_keys")
+    entries: Any = loading_info.get("mismatched_keys")  # anything until checked below
     well_formed = entries is not None and all(
         isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[0], str) for entry in entries
     )
@@ -1326,7 +1327,6 @@ def _mismatched_keys(loading_info: Mapping[str, Any]) -> Collection[tuple[str, S
 
 
 def _config_fields_of(parameter_name: str) -> str:
-
     for part, fields in _CONFIG_FIELDS_BY_PARAMETER.items():
         if part in parameter_name:
             return fields
@@ -1344,7 +1344,7 @@ class ElmoModel(ElmoPreTrainedModel):
 
     _can_compile_fullgraph = True
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__(config)
         self.character_encoder = ElmoCharacterEncoder(config)
         self.encoder = ElmoBiLstm(config)
@@ -1353,13 +1353,13 @@ class ElmoModel(ElmoPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        output_hidden_states=None,
-        lstm_states=None,
-        lstm_dropout=0.0,
-        token_cache=None,
-    ):
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        lstm_states: tuple[torch.Tensor, torch.Tensor] | None = None,
+        lstm_dropout: float = 0.0,
+        token_cache: nn.Module | None = None,
+    ) -> ElmoModelOutput | tuple[torch.Tensor | tuple[torch.Tensor, ...], ...]:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
@@ -1400,7 +1400,9 @@ class ElmoModel(ElmoPreTrainedModel):
             lstm_states=final_state,
         )
 
-    def token_layer(self, input_ids, mask, token_cache=None):
+    def token_layer(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, token_cache: nn.Module | None = None
+    ) -> torch.Tensor:
         r"""
         The context-independent representation of every word, as the LSTM paths start from.
 
@@ -1422,7 +1424,7 @@ class ElmoModel(ElmoPreTrainedModel):
         words = encode_words(distinct_words)[word_index]  # (real words, projection_dim)
         return words.new_zeros(*mask.shape, words.shape[-1]).masked_scatter(mask.unsqueeze(-1), words)
 
-    def quantize_weights(self, mode="int8"):
+    def quantize_weights(self: _ElmoBiLmT, mode: str | None = "int8") -> _ElmoBiLmT:
         r"""
         Hold the large weights as int8, one float32 scale per output row, in place of their float32 values: the
         LSTM's W, U and P (`ElmoBiLstmLayer.quantize_`) and the highways' (`ElmoInt8Linear`). Their products run in
@@ -1453,16 +1455,16 @@ class ElmoModel(ElmoPreTrainedModel):
                 )
             if self.dtype != torch.float32 or self.device.type != "cpu":
                 raise ValueError(f"int8 weights need a float32 model on a CPU, got {self.dtype} on {self.device}")
-        for layer in self.encoder.layers:
+        for layer in cast(Iterable[ElmoBiLstmLayer], self.encoder.layers):
             layer.quantize_(mode)
             if mode == "int8":  # the float32 weights' copies are no longer read: free them with the weights
                 drop_copies(layer, [(name, layout) for name in layer.WEIGHTS for layout in FLOAT_LAYOUTS])
-        for highway in self.character_encoder.highways:
+        for highway in cast(Iterable[ElmoHighway], self.character_encoder.highways):
             highway.quantize_(mode)
         self.config.weight_quantization = mode
         return self
 
-    def word_mask(self, input_ids, attention_mask=None):
+    def word_mask(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The `(batch, words)` bool mask of real words, after checking the inputs' shapes, values and padding side."""
         if input_ids is None:
             raise ValueError("input_ids is required")
@@ -1488,7 +1490,7 @@ class ElmoModel(ElmoPreTrainedModel):
             self._check_values(input_ids, attention_mask, mask)
         return mask
 
-    def _check_values(self, input_ids, attention_mask, mask):
+    def _check_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, mask: torch.Tensor) -> None:
         """Raises unless the ids are in range, `attention_mask` is 0/1 and `mask` is right-padded."""
         chars = self.config.max_characters_per_token
         if input_ids.shape[-1] > chars:
@@ -1524,7 +1526,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     negatives, see [`ElmoLogUniformSampler`]); in eval mode always the full softmax.
     """
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__(config)
         if not config.vocab_size:
             raise ValueError("ElmoForPreTraining needs config.vocab_size > 0 (the size of the word vocabulary), got 0")
@@ -1536,12 +1538,12 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        labels=None,
-        lstm_states=None,
-        return_logits=False,
-    ):
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        lstm_states: tuple[torch.Tensor, torch.Tensor] | None = None,
+        return_logits: bool = False,
+    ) -> ElmoForPreTrainingOutput | tuple[torch.Tensor | tuple[torch.Tensor, ...], ...]:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, W, max_characters_per_token)`): character ids from
@@ -1568,7 +1570,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             top = F.dropout(top, dropout, training=True)
         forward_states, backward_states = top.split(self.config.projection_dim, dim=-1)  # each (batch, W, proj)
 
-        loss = forward_loss = backward_loss = None
+        loss: torch.Tensor | None = None
+        forward_loss: torch.Tensor | None = None
+        backward_loss: torch.Tensor | None = None
         if labels is not None:
             if tuple(labels.shape) != tuple(top.shape[:2]):
                 raise ValueError(
@@ -1579,6 +1583,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 raise ValueError(
                     f"labels must be word ids in [0, {self.config.vocab_size}) or -100, got {int(labels[bad][0])}"
                 )
+            assert input_ids is not None  # self.elmo refused None
             words = attention_mask.bool() if attention_mask is not None else (input_ids > 0).any(dim=-1)  # (batch, W)
             # Forward: the state at t predicts labels[t + 1]; backward: the state at t + 1 predicts labels[t].
             # A target counts only when the predicting position is a word (padded states are 0).
@@ -1598,15 +1603,16 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             lstm_states=outputs.lstm_states,
         )
 
-    def _init_weights(self, module):
-        if module is self.lm_head:
+    def _init_weights(self, module: nn.Module) -> None:
+        lm_head: nn.Linear = self.lm_head
+        if module is lm_head:
             # bilm-tf's softmax init: normal with std 1 / sqrt(projection_dim), zero bias.
-            init.normal_(module.weight, 0.0, 1.0 / math.sqrt(self.config.projection_dim))
-            init.zeros_(module.bias)
+            init.normal_(lm_head.weight, 0.0, 1.0 / math.sqrt(self.config.projection_dim))
+            init.zeros_(lm_head.bias)
         else:
             super()._init_weights(module)
 
-    def _direction_loss(self, states, targets):
+    def _direction_loss(self, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean loss of `states` (batch, T, proj) predicting `targets` (batch, T), -100 not counted."""
         sampled_softmax = self.training and self.config.num_sampled_negatives > 0
         if torch.compiler.is_compiling() and not sampled_softmax:
@@ -1618,7 +1624,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     # The sampler draws until it has enough distinct classes, a loop on the values: under torch.compile the sampled
     # loss runs eagerly, between two graphs.
     @torch.compiler.disable
-    def _counted_direction_loss(self, states, targets, sampled_softmax):
+    def _counted_direction_loss(
+        self, states: torch.Tensor, targets: torch.Tensor, sampled_softmax: bool
+    ) -> torch.Tensor:
         counted = targets != -100  # (batch, T)
         if not counted.any():
             raise ValueError("labels hold no target: every word to predict is -100")
@@ -1649,18 +1657,24 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
 
     _head_over_a_bilm = True
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__(config)
         self.num_labels = _check_num_labels(config, "ElmoForTokenClassification")
         self.elmo = ElmoModel(config)
         self.task_encoder = ElmoTaskEncoder(config)
-        self.classifier = nn.Linear(self.task_encoder.output_size, config.num_labels)
-        self.crf = ElmoCrf(config.num_labels) if config.use_crf else None
+        self.classifier = nn.Linear(self.task_encoder.output_size, self.num_labels)
+        self.crf = ElmoCrf(self.num_labels) if config.use_crf else None
         self.post_init()
         self._apply_frozen_parameters()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, labels=None, elmo_hidden_states=None):
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        elmo_hidden_states: torch.Tensor | None = None,
+    ) -> TokenClassifierOutput | tuple[torch.Tensor, ...]:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
@@ -1680,7 +1694,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         """
         features, mask = self.task_encoder(self.elmo, input_ids, attention_mask, elmo_hidden_states)  # (b, w, size)
         logits = self.classifier(features)  # (batch, words, num_labels)
-        loss = None
+        loss: torch.Tensor | None = None
         if labels is not None:
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(
@@ -1694,7 +1708,8 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             loss = loss + self.task_encoder.l2_penalty()
         return TokenClassifierOutput(loss=loss, logits=logits)
 
-    def _crf_loss(self, logits, labels):
+    def _crf_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        assert self.crf is not None  # called with a CRF only
         scored = labels != -100  # (batch, words)
         if not torch.compiler.is_compiling() and not scored.any(dim=1).all():
             raise ValueError("with use_crf every row of labels needs at least one word that is not -100")
@@ -1703,7 +1718,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         tags = labels.gather(1, order)  # (batch, words)
         return -self.crf.log_likelihood(emissions, tags, aligned).mean()
 
-    def decode(self, logits, mask):
+    def decode(self, logits: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
         r"""
         The predicted tag of every scored word: Viterbi with a CRF, argmax otherwise.
 
@@ -1731,17 +1746,23 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
 
     _head_over_a_bilm = True
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__(config)
         self.num_labels = _check_num_labels(config, "ElmoForSequenceClassification")
         self.elmo = ElmoModel(config)
         self.task_encoder = ElmoTaskEncoder(config)
-        self.classifier = nn.Linear(2 * self.task_encoder.output_size, config.num_labels)
+        self.classifier = nn.Linear(2 * self.task_encoder.output_size, self.num_labels)
         self.post_init()
         self._apply_frozen_parameters()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, labels=None, elmo_hidden_states=None):
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        elmo_hidden_states: torch.Tensor | None = None,
+    ) -> SequenceClassifierOutput | tuple[torch.Tensor, ...]:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
@@ -1762,12 +1783,12 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         maximum = features.masked_fill(~valid, torch.finfo(features.dtype).min).amax(dim=1)  # (batch, output_size)
         mean = features.sum(dim=1) / valid.sum(dim=1)  # (batch, output_size)
         logits = self.classifier(torch.cat([maximum, mean], dim=-1))  # (batch, num_labels)
-        loss = None
+        loss: torch.Tensor | None = None
         if labels is not None:
             loss = self._classification_loss(logits, labels) + self.task_encoder.l2_penalty()
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
-    def _classification_loss(self, logits, labels):
+    def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.config.problem_type is None:
             if self.num_labels == 1:
                 self.config.problem_type = "regression"
