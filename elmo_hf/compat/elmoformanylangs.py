@@ -81,7 +81,8 @@ class Embedder:
         self.model_dir = model_dir
         self.batch_size = batch_size
         path = converted_checkpoint(model_dir, cache_dir)
-        self.model = ElmoModel.from_pretrained(path).to(device).eval()
+        # transformers' PreTrainedModel.to is a functools.wraps, which typeshed types as binding no `self`.
+        self.model = ElmoModel.from_pretrained(path).to(device).eval()  # type: ignore[arg-type]
         self.tokenizer = ElmoTokenizer.from_pretrained(path)
         if self.tokenizer.char_lexicon is None:
             raise UserInputError(

@@ -1,5 +1,8 @@
 """ELMo model configuration."""
 
+from collections.abc import Sequence
+from typing import Any
+
 from transformers import PreTrainedConfig
 
 from .char_ids import NUM_CHARACTER_IDS
@@ -107,50 +110,50 @@ class ElmoConfig(PreTrainedConfig):
 
     def __init__(
         self,
-        char_embedding_dim=16,
-        filters=None,
-        num_highway_layers=2,
-        activation="relu",
-        num_characters=NUM_CHARACTER_IDS,
-        max_characters_per_token=50,
-        char_vocabulary="utf8_bytes",
-        word_embedding_dim=0,
-        word_embedding_vocab_size=0,
-        always_project_tokens=False,
-        lstm_dim=4096,
-        projection_dim=512,
-        num_lstm_layers=2,
-        cell_clip=3.0,
-        proj_clip=3.0,
-        use_skip_connections=True,
-        initializer_range=0.02,
-        vocab_size=0,
-        num_sampled_negatives=8192,
-        pretraining_dropout=0.0,
-        lstm_implementation="auto",
-        weight_quantization=None,
-        scalar_mix_initial_weights=None,
-        scalar_mix_trainable=True,
-        scalar_mix_do_layer_norm=False,
-        scalar_mix_dropout=0.5,
-        scalar_mix_l2_coef=0.0,
-        task_encoder_hidden_size=128,
-        task_encoder_layers=1,
-        use_input_elmo=True,
-        use_output_elmo=False,
-        use_bilm_token_layer=True,
-        task_word_vocab=None,
-        task_word_embedding_dim=100,
-        task_word_lowercase=True,
-        task_word_dropout=0.0,
-        freeze_bilm=True,
-        use_crf=False,
-        classifier_dropout=0.5,
-        bilm_name_or_path=None,
-        **kwargs,
-    ):
+        char_embedding_dim: int = 16,
+        filters: Sequence[Sequence[int]] | None = None,
+        num_highway_layers: int = 2,
+        activation: str = "relu",
+        num_characters: int = NUM_CHARACTER_IDS,
+        max_characters_per_token: int = 50,
+        char_vocabulary: str = "utf8_bytes",
+        word_embedding_dim: int = 0,
+        word_embedding_vocab_size: int = 0,
+        always_project_tokens: bool = False,
+        lstm_dim: int = 4096,
+        projection_dim: int = 512,
+        num_lstm_layers: int = 2,
+        cell_clip: float | None = 3.0,
+        proj_clip: float | None = 3.0,
+        use_skip_connections: bool = True,
+        initializer_range: float = 0.02,
+        vocab_size: int | None = 0,
+        num_sampled_negatives: int = 8192,
+        pretraining_dropout: float = 0.0,
+        lstm_implementation: str = "auto",
+        weight_quantization: str | None = None,
+        scalar_mix_initial_weights: Sequence[float] | None = None,
+        scalar_mix_trainable: bool = True,
+        scalar_mix_do_layer_norm: bool = False,
+        scalar_mix_dropout: float = 0.5,
+        scalar_mix_l2_coef: float = 0.0,
+        task_encoder_hidden_size: int = 128,
+        task_encoder_layers: int = 1,
+        use_input_elmo: bool = True,
+        use_output_elmo: bool = False,
+        use_bilm_token_layer: bool = True,
+        task_word_vocab: Sequence[str] | None = None,
+        task_word_embedding_dim: int = 100,
+        task_word_lowercase: bool = True,
+        task_word_dropout: float = 0.0,
+        freeze_bilm: bool = True,
+        use_crf: bool = False,
+        classifier_dropout: float = 0.5,
+        bilm_name_or_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.char_embedding_dim = char_embedding_dim
-        self.filters = ORIGINAL_FILTERS if filters is None else filters
+        self.filters: Sequence[Sequence[int]] = ORIGINAL_FILTERS if filters is None else filters
         self.num_highway_layers = num_highway_layers
         self.activation = activation
         self.num_characters = num_characters
@@ -195,7 +198,7 @@ class ElmoConfig(PreTrainedConfig):
         self.num_filters = sum(count for _, count in self.filters)
         super().__init__(**kwargs)
 
-    def _check_fields(self):
+    def _check_fields(self) -> None:
         """The one validation pass: checks every field (numbers normalised to float, filters to lists) and raises
         `ElmoConfigFieldError` naming the first bad one."""
         self.char_embedding_dim = _positive_int("char_embedding_dim", self.char_embedding_dim)
@@ -303,26 +306,26 @@ class ElmoConfig(PreTrainedConfig):
                 "the task input x_k is empty: set use_input_elmo, use_bilm_token_layer or task_word_vocab",
             )
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         """The serialized fields, without the run-time choice `lstm_implementation` (see the class docstring)."""
         output = super().to_dict()
         output.pop("lstm_implementation", None)
         return output
 
 
-def _positive_int(name, value):
+def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ElmoConfigFieldError(name, f"{name} must be a positive int, got {value!r}")
     return value
 
 
-def _non_negative_int(name, value):
+def _non_negative_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ElmoConfigFieldError(name, f"{name} must be a non-negative int, got {value!r}")
     return value
 
 
-def _optional_positive_float(name, value):
+def _optional_positive_float(name: str, value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -330,19 +333,19 @@ def _optional_positive_float(name, value):
     return float(value)
 
 
-def _non_negative_float(name, value):
+def _non_negative_float(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ElmoConfigFieldError(name, f"{name} must be a non-negative number, got {value!r}")
     return float(value)
 
 
-def _probability(name, value):
+def _probability(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
         raise ElmoConfigFieldError(name, f"{name} must be a number in [0, 1), got {value!r}")
     return float(value)
 
 
-def _float_list(name, values):
+def _float_list(name: str, values: object) -> list[float]:
     if not isinstance(values, (list, tuple)) or any(
         isinstance(v, bool) or not isinstance(v, (int, float)) for v in values
     ):
@@ -350,10 +353,10 @@ def _float_list(name, values):
     return [float(v) for v in values]
 
 
-def _filters(name, filters):
+def _filters(name: str, filters: object) -> list[list[int]]:
     if not isinstance(filters, (list, tuple)) or not filters:
         raise ElmoConfigFieldError(name, f"{name} must be a non-empty list of [width, count] pairs, got {filters!r}")
-    checked = []
+    checked: list[list[int]] = []
     for index, pair in enumerate(filters):
         if (
             not isinstance(pair, (list, tuple))
@@ -370,6 +373,6 @@ def _filters(name, filters):
 class ElmoConfigFieldError(ValueError):
     """A config field with a bad value; `field` names it, and so does the start of the message."""
 
-    def __init__(self, field, message):
+    def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field

@@ -18,7 +18,9 @@ import importlib
 import math
 import os
 import tempfile
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -56,28 +58,32 @@ class ElmoInt8Linear(nn.Module):
         in_features (int), out_features (int): as `nn.Linear`'s.
     """
 
-    def __init__(self, in_features, out_features):
+    # Buffers, registered in `__init__`.
+    weight_int8: torch.Tensor
+    weight_scale: torch.Tensor
+
+    def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__()
         self.register_buffer("weight_int8", torch.zeros(out_features, in_features, dtype=torch.int8))
         self.register_buffer("weight_scale", torch.zeros(out_features))
         self.bias = nn.Parameter(torch.zeros(out_features))
 
     @classmethod
-    def from_linear(cls, linear):
+    def from_linear(cls, linear: nn.Linear) -> "ElmoInt8Linear":
         """The int8 form of the `nn.Linear` `linear` (its float weight is not kept)."""
         quantized = cls(linear.in_features, linear.out_features)
         quantized.weight_int8, quantized.weight_scale = quantize_rows(linear.weight)
         quantized.bias = nn.Parameter(linear.bias.detach().float(), requires_grad=linear.bias.requires_grad)
         return quantized
 
-    def to_linear(self):
+    def to_linear(self) -> nn.Linear:
         """An `nn.Linear` holding the dequantized weight (`weight_scale * weight_int8`) and the bias."""
         linear = nn.Linear(self.weight_int8.shape[1], self.weight_int8.shape[0])
         linear.weight = nn.Parameter(self.weight_int8.float() * self.weight_scale.unsqueeze(1))
         linear.bias = nn.Parameter(self.bias.detach().clone())
         return linear
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x `(n, in_features)` float32 -> `(n, out_features)`."""
         return int8_linear(self, x)
 
@@ -86,13 +92,13 @@ class ElmoHighway(nn.Module):
     """One highway layer: `gate * relu(transform(x)) + (1 - gate) * x`, with `gate = sigmoid(gate(x))`. With
     `int8`, its two products hold int8 weights (`ElmoInt8Linear`)."""
 
-    def __init__(self, dim, int8=False):
+    def __init__(self, dim: int, int8: bool = False) -> None:
         super().__init__()
-        linear = ElmoInt8Linear if int8 else nn.Linear
+        linear: Callable[[int, int], nn.Module] = ElmoInt8Linear if int8 else nn.Linear
         self.transform = linear(dim, dim)
         self.gate = linear(dim, dim)
 
-    def quantize_(self, mode):
+    def quantize_(self, mode: str | None) -> None:
         """Hold the two products' weights as int8 (`mode="int8"`) or as float32 (None, dequantized)."""
         for name in ("transform", "gate"):
             linear = getattr(self, name)
@@ -101,7 +107,9 @@ class ElmoHighway(nn.Module):
             elif mode is None and isinstance(linear, ElmoInt8Linear):
                 setattr(self, name, linear.to_linear())
 
-    def forward(self, x, product=None):
+    def forward(
+        self, x: torch.Tensor, product: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None
+    ) -> torch.Tensor:
         """x `(words, dim)` -> `(words, dim)`. `product(linear, x)`, when given, computes `linear(x)` another way (the
         CPU kernels' int8 weights)."""
         gate = torch.sigmoid(self.gate(x) if product is None else product(self.gate, x))
@@ -114,14 +122,16 @@ class ElmoCharacterEncoder(nn.Module):
     projection. The word embedding (`config.word_embedding_dim > 0`, ELMoForManyLangs) reads the last id of each
     row of `input_ids`."""
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__()
         # A parameter of this module (not an nn.Embedding) so that transformers initialises the whole encoder here.
         self.char_embedding = nn.Parameter(torch.empty(config.num_characters, config.char_embedding_dim))
         self.convolutions = nn.ModuleList(
             nn.Conv1d(config.char_embedding_dim, count, kernel_size=width) for width, count in config.filters
         )
-        self.activation = torch.relu if config.activation == "relu" else torch.tanh
+        self.activation: Callable[[torch.Tensor], torch.Tensor] = (
+            torch.relu if config.activation == "relu" else torch.tanh
+        )
         int8 = getattr(config, "weight_quantization", None) == "int8"
         self.highways = nn.ModuleList(
             ElmoHighway(config.num_filters, int8=int8) for _ in range(config.num_highway_layers)
@@ -142,8 +152,9 @@ class ElmoCharacterEncoder(nn.Module):
 
     # Set by `ElmoPreTrainedModel.gradient_checkpointing_enable` (transformers' `_set_gradient_checkpointing`).
     gradient_checkpointing = False
+    _gradient_checkpointing_func: Callable[..., Any]
 
-    def forward(self, char_ids):
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         """char_ids: (..., max_characters_per_token) [+ 1 word id with a word embedding] -> (..., projection_dim).
         With gradient checkpointing on, in training, the convolutions, highways and projection keep only their input
         `(words, chars, char_dim)` for the backward and run again there."""
@@ -157,22 +168,24 @@ class ElmoCharacterEncoder(nn.Module):
             token = self._encode_embedded(chars, word_ids)
         return token.view(*char_ids.shape[:-1], -1)  # (..., projection_dim)
 
-    def _encode_embedded(self, chars, word_ids):
+    def _encode_embedded(self, chars: torch.Tensor, word_ids: torch.Tensor | None) -> torch.Tensor:
         """chars (words, chars, char_dim), word_ids (words,) or None -> (words, projection_dim)."""
         return self.highway_and_project(self.convolve(chars), word_ids)
 
-    def embed(self, char_ids):
+    def embed(self, char_ids: torch.Tensor) -> torch.Tensor:
         """char_ids (..., chars) -> (..., chars, char_dim); id 0 (padding) is the zero vector."""
         return F.embedding(char_ids, self.char_embedding, padding_idx=0)
 
-    def convolve(self, chars, filter_weights=None):
+    def convolve(self, chars: torch.Tensor, filter_weights: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
         """chars (words, chars, char_dim) -> (words, num_filters): every filter bank, max over positions, activation.
         `filter_weights` (optional): each bank's weight `(count, char_dim, width)` to use instead of its own (e.g. a
         bfloat16 copy for bfloat16 `chars`); the result has the biases' dtype."""
         words, _, char_dim = chars.shape
         features = []
-        for index, conv in enumerate(self.convolutions):
+        for index, conv in enumerate(cast(Iterable[nn.Conv1d], self.convolutions)):
             weight = conv.weight if filter_weights is None else filter_weights[index]
+            bias = conv.bias
+            assert bias is not None  # the banks are built with biases
             # One matrix product over all windows of `width` characters (faster than conv1d on these shapes); the
             # Conv1d modules only hold the weights.
             count, _, width = weight.shape
@@ -182,10 +195,15 @@ class ElmoCharacterEncoder(nn.Module):
             responses = responses.view(words, positions, count)
             # The bias is the same at every position, so it is added after the max (rounding is monotonic: the same
             # result as adding it first, without a bias-sized copy per position).
-            features.append(self.activation(responses.amax(dim=1).to(conv.bias.dtype) + conv.bias))
+            features.append(self.activation(responses.amax(dim=1).to(bias.dtype) + bias))
         return torch.cat(features, dim=-1)
 
-    def highway_and_project(self, token, word_ids=None, product=None):
+    def highway_and_project(
+        self,
+        token: torch.Tensor,
+        word_ids: torch.Tensor | None = None,
+        product: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """token (words, num_filters) -> (words, projection_dim): the highway layers, the word embedding of `word_ids`
         (words,) appended when the model has one, then the projection. `product`: as for `ElmoHighway.forward`."""
         for highway in self.highways:
@@ -215,7 +233,15 @@ class ElmoBiLstmLayer(nn.Module):
         proj_clip (float or None): clip of the projected output.
     """
 
-    def __init__(self, input_dim, lstm_dim, projection_dim, cell_clip, proj_clip, weight_quantization=None):
+    def __init__(
+        self,
+        input_dim: int,
+        lstm_dim: int,
+        projection_dim: int,
+        cell_clip: float | None,
+        proj_clip: float | None,
+        weight_quantization: str | None = None,
+    ) -> None:
         super().__init__()
         # Weights in the (in, out) layout of `x @ weight`: every product reads them as stored, where a transposed
         # view would make the small per-step products several times slower (or cost a copy per call).
@@ -241,11 +267,11 @@ class ElmoBiLstmLayer(nn.Module):
     __jit_unused_properties__ = ["weight_quantization"]
 
     @property
-    def weight_quantization(self):
+    def weight_quantization(self) -> str | None:
         """ "int8" when the layer holds its weights as int8 (`quantize_`), else None."""
         return "int8" if "input_weight_int8" in self._buffers else None
 
-    def quantize_(self, mode):
+    def quantize_(self, mode: str | None) -> None:
         r"""
         Hold W, U and P as int8 with one float32 scale per output row (`mode="int8"`: buffers `input_weight_int8`
         `(2, out, in)` and `input_weight_scale` `(2, out)`, ...; the float32 parameters are dropped), or as float32
@@ -256,21 +282,28 @@ class ElmoBiLstmLayer(nn.Module):
             return
         for name in self.WEIGHTS:
             if mode == "int8":
-                values, scales = quantize_rows(self._parameters.pop(name).transpose(1, 2))
+                float_weight = self._parameters.pop(name)
+                assert float_weight is not None  # every float32 weight is registered (`__init__`, `quantize_(None)`)
+                values, scales = quantize_rows(float_weight.transpose(1, 2))
                 self.register_buffer(f"{name}_int8", values)
                 self.register_buffer(f"{name}_scale", scales)
             else:
-                values, scales = self._buffers.pop(f"{name}_int8"), self._buffers.pop(f"{name}_scale")
-                weight = (values.float() * scales.unsqueeze(-1)).transpose(1, 2).contiguous()
+                int8_values, int8_scales = self._buffers.pop(f"{name}_int8"), self._buffers.pop(f"{name}_scale")
+                assert int8_values is not None and int8_scales is not None  # registered with the int8 weights
+                weight = (int8_values.float() * int8_scales.unsqueeze(-1)).transpose(1, 2).contiguous()
                 if name == "projection_weight":  # the float32 layer's order: W, U, b, P
                     self.register_parameter("bias", self._parameters.pop("bias"))
                 self.register_parameter(name, nn.Parameter(weight))
 
-    def input_gates(self, inputs):
+    def input_gates(self, inputs: torch.Tensor) -> torch.Tensor:
         """Each direction's input share of the gates, `x W + b`: `(2, n, input_dim)` -> `(2, n, 4 * lstm_dim)`."""
-        return torch.baddbmm(self.bias.unsqueeze(1), inputs, self.input_weight)
+        input_weight = self.input_weight  # registered by name (`WEIGHTS`), which the type checker cannot see
+        assert isinstance(input_weight, torch.Tensor)  # (TorchScript compiles it to a cast, no check)
+        return torch.baddbmm(self.bias.unsqueeze(1), inputs, input_weight)
 
-    def forward(self, inputs, mask, cell, hidden):
+    def forward(
+        self, inputs: torch.Tensor, mask: torch.Tensor, cell: torch.Tensor, hidden: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         r"""
         Args:
             inputs (`(2, batch, words, input_dim)`): each direction's input, in the order it reads the words.
@@ -283,11 +316,15 @@ class ElmoBiLstmLayer(nn.Module):
         """
         batch, words = mask.shape
         gate_inputs = self.input_gates(inputs.flatten(1, 2)).view(2, batch, words, -1)  # (2, batch, words, 4 * lstm)
-        outputs = []
+        # The weights are registered by name (`WEIGHTS`), which the type checker cannot see; TorchScript compiles the
+        # isinstance to a cast, no check.
+        recurrent_weight, projection_weight = self.recurrent_weight, self.projection_weight
+        assert isinstance(recurrent_weight, torch.Tensor) and isinstance(projection_weight, torch.Tensor)
+        outputs: list[torch.Tensor] = []
         for step_gate_input, running in zip(gate_inputs.unbind(2), mask.t()):
-            gates = torch.baddbmm(step_gate_input, hidden, self.recurrent_weight)  # (2, batch, 4 * lstm_dim)
+            gates = torch.baddbmm(step_gate_input, hidden, recurrent_weight)  # (2, batch, 4 * lstm_dim)
             new_cell, memory = lstm_cell_step(gates, cell, self.cell_clip)
-            new_hidden = clip(torch.bmm(memory, self.projection_weight), self.proj_clip)  # (2, batch, projection_dim)
+            new_hidden = clip(torch.bmm(memory, projection_weight), self.proj_clip)  # (2, batch, projection_dim)
             # Rows without a word at this step (padding) keep their state, so it ends after their last word.
             running = running.view(1, batch, 1)
             cell = torch.where(running, new_cell, cell)
@@ -299,7 +336,7 @@ class ElmoBiLstmLayer(nn.Module):
 class ElmoBiLstm(nn.Module):
     """ELMo's stacked bidirectional LSTM with optional residual connections between layers."""
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
             ElmoBiLstmLayer(
@@ -317,14 +354,22 @@ class ElmoBiLstm(nn.Module):
         self.projection_dim = config.projection_dim
 
     @property
-    def weight_quantization(self):
+    def weight_quantization(self) -> str | None:
         """ "int8" when the layers hold int8 weights (`ElmoModel.quantize_weights`), else None."""
-        return self.layers[0].weight_quantization if len(self.layers) else None
+        return cast(ElmoBiLstmLayer, self.layers[0]).weight_quantization if len(self.layers) else None
 
     # Set by `ElmoPreTrainedModel.gradient_checkpointing_enable` (transformers' `_set_gradient_checkpointing`).
     gradient_checkpointing = False
+    _gradient_checkpointing_func: Callable[..., Any]
 
-    def forward(self, inputs, mask, lstm_states=None, dropout=0.0, implementation="reference"):
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        mask: torch.Tensor,
+        lstm_states: tuple[torch.Tensor, torch.Tensor] | None = None,
+        dropout: float = 0.0,
+        implementation: str = "reference",
+    ) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         r"""
         Args:
             inputs (`(batch, words, projection_dim)`): the token representation of each word, 0 at padded positions.
@@ -357,20 +402,24 @@ class ElmoBiLstm(nn.Module):
             else None
         )
         if implementation == "packed":
-            layer_outputs, final_cells, final_hiddens = bilstm_training_forward(
+            packed_outputs, packed_cells, packed_hiddens = bilstm_training_forward(
                 self, inputs, mask, cells, hiddens, dropout, zero_state=lstm_states is None, checkpoint=checkpoint
             )
-            return layer_outputs, self.final_states(final_cells, final_hiddens, carried)
+            return packed_outputs, self.final_states(packed_cells, packed_hiddens, carried)
         reverse_index = reverse_words_index(mask.sum(dim=1), words)  # (batch, words)
         # Direction 0 reads each row's words in order, direction 1 backwards.
         layer_input = torch.stack([inputs, gather_words(inputs, reverse_index)])  # (2, batch, words, projection_dim)
 
-        layer_outputs, final_cells, final_hiddens = [], [], []
-        for index, layer in enumerate(self.layers):
+        layer_outputs: list[torch.Tensor] = []
+        final_cells: list[torch.Tensor] = []
+        final_hiddens: list[torch.Tensor] = []
+        for index, layer in enumerate(cast(Iterable[ElmoBiLstmLayer], self.layers)):
             if dropout:
                 layer_input = F.dropout(layer_input, dropout, training=True)
             # output: (2, batch, words, projection_dim); "fused": the same step, its elementwise work fused
-            run_layer = functools.partial(fused_layer_forward, layer) if implementation == "fused" else layer
+            run_layer: Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]] = (
+                functools.partial(fused_layer_forward, layer) if implementation == "fused" else layer
+            )
             if checkpoint is None:
                 output, (cell, hidden) = run_layer(layer_input, mask, cells[index], hiddens[index])
             else:
@@ -385,7 +434,9 @@ class ElmoBiLstm(nn.Module):
             layer_input = output
         return layer_outputs, self.final_states(torch.stack(final_cells), torch.stack(final_hiddens), carried)
 
-    def initial_states(self, lstm_states, batch, like):
+    def initial_states(
+        self, lstm_states: tuple[torch.Tensor, torch.Tensor] | None, batch: int, like: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         r"""
         The state each layer starts from, and the rows of `lstm_states` past the batch.
 
@@ -414,7 +465,9 @@ class ElmoBiLstm(nn.Module):
         return cells[:, :, :batch], hiddens[:, :, :batch], carried
 
     @staticmethod
-    def final_states(cells, hiddens, carried):
+    def final_states(
+        cells: torch.Tensor, hiddens: torch.Tensor, carried: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The returned `(cell, hidden)`: each batch row's final state `(layers, 2, batch, dim)`, then the carried rows
         of `initial_states`: `(layers, 2, max(batch, rows), dim)`."""
         if carried is not None and carried[0].shape[2]:
@@ -422,7 +475,7 @@ class ElmoBiLstm(nn.Module):
             hiddens = torch.cat([hiddens, carried[1]], dim=2)  # (layers, 2, rows, projection_dim)
         return cells, hiddens
 
-    def _checked_states(self, lstm_states, like):
+    def _checked_states(self, lstm_states: object, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The `(cell, hidden)` pair of `lstm_states`, checked: any number of rows, the same in both."""
         if not isinstance(lstm_states, (tuple, list)) or len(lstm_states) != 2:
             raise ValueError("lstm_states must be a (cell, hidden) pair, as returned in ElmoModelOutput.lstm_states")
@@ -438,7 +491,9 @@ class ElmoBiLstm(nn.Module):
         return cells.to(like), hiddens.to(like)
 
 
-def _flat_layer_forward(run_layer, *inputs):
+def _flat_layer_forward(
+    run_layer: Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]], *inputs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`run_layer(*inputs)`'s `output, (cell, hidden)` as one flat tuple, as a checkpointed function returns them."""
     output, (cell, hidden) = run_layer(*inputs)
     return output, cell, hidden
@@ -460,7 +515,15 @@ class ElmoScalarMix(nn.Module):
         l2_coef (float, defaults to 0.0): coefficient of [`~ElmoScalarMix.l2_penalty`].
     """
 
-    def __init__(self, num_layers, initial_weights=None, trainable=True, do_layer_norm=False, dropout=0.0, l2_coef=0.0):
+    def __init__(
+        self,
+        num_layers: int,
+        initial_weights: Sequence[float] | None = None,
+        trainable: bool = True,
+        do_layer_norm: bool = False,
+        dropout: float = 0.0,
+        l2_coef: float = 0.0,
+    ) -> None:
         super().__init__()
         if initial_weights is None:
             initial_weights = [0.0] * num_layers
@@ -475,15 +538,15 @@ class ElmoScalarMix(nn.Module):
         self.l2_coef = l2_coef
 
     @property
-    def normalized_weights(self):
+    def normalized_weights(self) -> torch.Tensor:
         """The layer weights after the softmax, shape `(num_layers,)`."""
         return torch.softmax(self.weights, dim=0)
 
-    def l2_penalty(self):
+    def l2_penalty(self) -> torch.Tensor:
         """`l2_coef * sum(weights ** 2)` on the un-normalised weights (a scalar tensor)."""
         return self.l2_coef * (self.weights**2).sum()
 
-    def forward(self, layers, mask):
+    def forward(self, layers: Sequence[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
         r"""
         Args:
             layers (sequence of `num_layers` tensors of shape `(batch, words, dim)`): the layers to mix.
@@ -516,7 +579,7 @@ class ElmoTaskWordEmbedding(nn.Module):
         word_dropout (float): while training, look each word up as the unknown word with this probability.
     """
 
-    def __init__(self, vocab, dim, lowercase=True, word_dropout=0.0):
+    def __init__(self, vocab: Sequence[str], dim: int, lowercase: bool = True, word_dropout: float = 0.0) -> None:
         super().__init__()
         self.lowercase = lowercase
         self.word_dropout = word_dropout
@@ -524,7 +587,7 @@ class ElmoTaskWordEmbedding(nn.Module):
         self.embedding = nn.Embedding(len(vocab) + 1, dim)
 
     @torch.compiler.disable
-    def word_ids(self, input_ids, mask):
+    def word_ids(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch, words, chars)` character ids and their `(batch, words)` mask -> `(batch, words)` rows (0 for
         unknown words and padding); each distinct word is decoded once. A dictionary lookup of strings: under
         `torch.compile` it runs eagerly, between two graphs."""
@@ -536,7 +599,7 @@ class ElmoTaskWordEmbedding(nn.Module):
         ids = torch.tensor(rows, dtype=torch.long, device=input_ids.device)[inverse]  # (real words,)
         return torch.zeros(mask.shape, dtype=torch.long, device=input_ids.device).masked_scatter(mask, ids)
 
-    def forward(self, input_ids, mask):
+    def forward(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch, words, chars)` character ids, `(batch, words)` bool mask -> `(batch, words, dim)`."""
         rows = self.word_ids(input_ids, mask)  # (batch, words)
         if self.training and self.word_dropout > 0:
@@ -545,7 +608,7 @@ class ElmoTaskWordEmbedding(nn.Module):
         return self.embedding(rows)
 
     @torch.no_grad()
-    def load_vectors(self, vectors):
+    def load_vectors(self, vectors: Mapping[str, torch.Tensor]) -> int:
         """Copies `vectors` (a dict word -> 1-D tensor of the embedding's width) into the rows of the words it has;
         returns how many rows it set."""
         found = 0
@@ -565,10 +628,10 @@ class ElmoTaskEncoder(nn.Module):
     paper's baseline, the task model without ELMo. The biLM runs without gradients when `config.freeze_bilm`.
     """
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__()
         num_layers = config.num_lstm_layers + 1
-        mix_options = dict(
+        mix_options: dict[str, Any] = dict(
             initial_weights=config.scalar_mix_initial_weights,
             trainable=config.scalar_mix_trainable,
             do_layer_norm=config.scalar_mix_do_layer_norm,
@@ -596,6 +659,7 @@ class ElmoTaskEncoder(nn.Module):
             + (config.hidden_size if config.use_input_elmo else 0)
             + (config.task_word_embedding_dim if self.task_words is not None else 0)
         )
+        self.lstm: nn.LSTM | None
         if config.task_encoder_layers > 0:
             self.lstm = nn.LSTM(
                 input_size,
@@ -611,11 +675,17 @@ class ElmoTaskEncoder(nn.Module):
         if self.output_mix is not None:
             self.output_size += config.hidden_size
 
-    def l2_penalty(self):
+    def l2_penalty(self) -> torch.Tensor:
         """The scalar mixes' L2 terms, summed (a scalar tensor)."""
         return sum((mix.l2_penalty() for mix in (self.input_mix, self.output_mix) if mix is not None), torch.zeros(()))
 
-    def forward(self, elmo, input_ids, attention_mask=None, elmo_hidden_states=None):
+    def forward(
+        self,
+        elmo: "ElmoModel",
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None = None,
+        elmo_hidden_states: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         r"""
         Args:
             elmo ([`ElmoModel`]): the head's biLM.
@@ -659,16 +729,19 @@ class ElmoTaskEncoder(nn.Module):
     # torch.compile's graphs take neither packed sequences nor `nn.LSTM` (Dynamo refuses the module): compiled, the
     # task biLSTM runs eagerly, between two graphs.
     @torch.compiler.disable
-    def _task_lstm(self, features, mask):
+    def _task_lstm(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The task biLSTM over each row's real words: `(batch, words, input_size)` -> `(batch, words, 2 *
         task_encoder_hidden_size)`, 0 at padding."""
+        assert self.lstm is not None  # called only with a task biLSTM
         packed = nn.utils.rnn.pack_padded_sequence(
             features, mask.sum(dim=1).cpu(), batch_first=True, enforce_sorted=False
         )
         encoded, _ = self.lstm(packed)
         return nn.utils.rnn.pad_packed_sequence(encoded, batch_first=True, total_length=features.shape[1])[0]
 
-    def _checked_precomputed(self, elmo, elmo_hidden_states, attention_mask):
+    def _checked_precomputed(
+        self, elmo: "ElmoModel", elmo_hidden_states: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """The `(batch, words)` bool mask for precomputed `elmo_hidden_states`, after checking both."""
         if not self.freeze_bilm:
             raise ValueError(
@@ -698,13 +771,13 @@ class ElmoCrf(nn.Module):
         num_tags (int): number of tags.
     """
 
-    def __init__(self, num_tags):
+    def __init__(self, num_tags: int) -> None:
         super().__init__()
         self.start_transitions = nn.Parameter(torch.zeros(num_tags))
         self.end_transitions = nn.Parameter(torch.zeros(num_tags))
         self.transitions = nn.Parameter(torch.zeros(num_tags, num_tags))  # [from, to]
 
-    def log_likelihood(self, emissions, tags, mask):
+    def log_likelihood(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         r"""
         Args:
             emissions (`(batch, steps, num_tags)`), tags (`(batch, steps)` ints), mask (`(batch, steps)` bool,
@@ -730,7 +803,7 @@ class ElmoCrf(nn.Module):
         score = score + self.end_transitions[last_tags]
         return score - torch.logsumexp(log_partition + self.end_transitions, dim=1)
 
-    def decode(self, emissions, mask):
+    def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
         r"""
         Viterbi decoding.
 
@@ -749,7 +822,7 @@ class ElmoCrf(nn.Module):
             best = torch.where(active, step_best + emissions[:, step], best)
             backpointers.append(step_pointer)
         best = best + self.end_transitions
-        paths = []
+        paths: list[list[int]] = []
         for row, length in enumerate(mask.sum(dim=1).tolist()):
             tag = int(best[row].argmax())
             path = [tag]
@@ -760,7 +833,7 @@ class ElmoCrf(nn.Module):
         return paths
 
 
-def decoded_tags(head, logits, mask):
+def decoded_tags(head: nn.Module, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     r"""
     A token-classification head's [`~ElmoForTokenClassification.decode`] tags laid back on the words. Takes any head
     with that method, so that a head loaded with `trust_remote_code=True` from an older copy of this file works too.
@@ -775,12 +848,13 @@ def decoded_tags(head, logits, mask):
     """
     tags = torch.full(mask.shape, -1, dtype=torch.long, device=logits.device)
     # decode gives each row's tags in word order, which is the order a boolean mask assigns them in.
-    decoded = [tag for row in head.decode(logits, mask) for tag in row]
+    decode = cast(Callable[[torch.Tensor, torch.Tensor], list[list[int]]], head.decode)  # any head's method
+    decoded = [tag for row in decode(logits, mask) for tag in row]
     tags[mask] = torch.tensor(decoded, dtype=torch.long, device=logits.device)
     return tags
 
 
-def _left_align(mask):
+def _left_align(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For a `(batch, words)` bool mask, the `(batch, words)` index that moves each row's True positions first (in
     order), and the left-aligned mask."""
     order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # (batch, words)
@@ -788,7 +862,7 @@ def _left_align(mask):
     return order, aligned
 
 
-def _check_num_labels(config, head_name):
+def _check_num_labels(config: ElmoConfig, head_name: str) -> int:
     if not config.num_labels:
         raise ValueError(f"{head_name} needs config.num_labels (or id2label), got num_labels={config.num_labels!r}")
     return config.num_labels
@@ -805,13 +879,13 @@ class ElmoLogUniformSampler:
         vocab_size (int): V.
     """
 
-    def __init__(self, vocab_size):
+    def __init__(self, vocab_size: int) -> None:
         self.vocab_size = vocab_size
         # On the CPU even when the model is built on the meta device (from_pretrained): this is no parameter.
         ids = torch.arange(vocab_size, dtype=torch.float64, device="cpu")
         self.log_probabilities = torch.log(torch.log1p(1.0 / (ids + 1.0)) / math.log(vocab_size + 1.0))  # (V,)
 
-    def sample(self, num_sampled, generator=None):
+    def sample(self, num_sampled: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, int | None]:
         """Returns `num_sampled` distinct class ids `(num_sampled,)` and the number of draws it took."""
         if num_sampled == self.vocab_size:
             return torch.arange(self.vocab_size), None
@@ -832,7 +906,7 @@ class ElmoLogUniformSampler:
         first_draw = first_draw.sort().values[:num_sampled]
         return draws[first_draw], int(first_draw[-1]) + 1
 
-    def log_expected_counts(self, ids, tries):
+    def log_expected_counts(self, ids: torch.Tensor, tries: int | None) -> torch.Tensor:
         """log of the expected count of each class in `ids` (any shape) after `tries` draws (None: all drawn)."""
         if tries is None:
             return torch.zeros(ids.shape, dtype=torch.float64)
@@ -840,7 +914,15 @@ class ElmoLogUniformSampler:
         return torch.log(-torch.expm1(tries * torch.log1p(-torch.exp(self.log_probabilities[ids]))))
 
 
-def elmo_sampled_softmax_loss(hidden, targets, weight, bias, sampled, log_expected_targets, log_expected_sampled):
+def elmo_sampled_softmax_loss(
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    sampled: torch.Tensor,
+    log_expected_targets: torch.Tensor,
+    log_expected_sampled: torch.Tensor,
+) -> torch.Tensor:
     r"""
     Sampled softmax cross-entropy, as TensorFlow's `sampled_softmax_loss` with `remove_accidental_hits=True`:
     each logit is lowered by the log of its class's expected count, and a negative equal to the row's target is
@@ -891,9 +973,9 @@ class ElmoModelOutput(ModelOutput):
             as bilm-tf does.
     """
 
-    last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    lstm_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+    last_hidden_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    lstm_states: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass
@@ -917,18 +999,23 @@ class ElmoForPreTrainingOutput(ModelOutput):
         lstm_states (tuple of two `torch.FloatTensor`s): as in [`ElmoModelOutput`], to continue each row.
     """
 
-    loss: torch.FloatTensor | None = None
-    forward_loss: torch.FloatTensor | None = None
-    backward_loss: torch.FloatTensor | None = None
-    forward_logits: torch.FloatTensor | None = None
-    backward_logits: torch.FloatTensor | None = None
-    last_hidden_state: torch.FloatTensor | None = None
-    lstm_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+    loss: torch.Tensor | None = None
+    forward_loss: torch.Tensor | None = None
+    backward_loss: torch.Tensor | None = None
+    forward_logits: torch.Tensor | None = None
+    backward_logits: torch.Tensor | None = None
+    last_hidden_state: torch.Tensor | None = None
+    lstm_states: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+_ElmoModelT = TypeVar("_ElmoModelT", bound="ElmoPreTrainedModel")
+_ElmoBiLmT = TypeVar("_ElmoBiLmT", bound="ElmoModel")
 
 
 class ElmoPreTrainedModel(PreTrainedModel):
     """Weight initialisation as bilm-tf trains from scratch, and the transformers plumbing."""
 
+    config: ElmoConfig
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
@@ -945,47 +1032,52 @@ class ElmoPreTrainedModel(PreTrainedModel):
     # transformers' tags for the cards of this model (every card also has "elmo"); `add_model_tags` adds more.
     model_tags = ["elmo", "elmo-hf"]
 
-    def __init__(self, config, *inputs, **kwargs):
+    def __init__(self, config: ElmoConfig, *inputs: Any, **kwargs: Any) -> None:
         super().__init__(config, *inputs, **kwargs)
         self.model_tags = list(type(self).model_tags)  # per model: `add_model_tags` appends in place
 
-    def _init_weights(self, module):
+    def _init_weights(self, module: nn.Module) -> None:
         # transformers calls this for modules with parameters of their own, children before parents.
         if isinstance(module, ElmoCharacterEncoder):
             if not getattr(module.char_embedding, "_is_hf_initialized", False):
                 embedding = torch.empty_like(module.char_embedding).uniform_(-1.0, 1.0)
                 embedding[0] = 0.0  # id 0 is padding
                 init.copy_(module.char_embedding, embedding)
-            for conv, (width, _) in zip(module.convolutions, self.config.filters):
+            for conv, (width, _) in zip(cast(Iterable[nn.Conv1d], module.convolutions), self.config.filters):
                 if self.config.activation == "relu":
                     init.uniform_(conv.weight, -0.05, 0.05)
                 else:
                     init.normal_(conv.weight, 0.0, math.sqrt(1.0 / (width * self.config.char_embedding_dim)))
-                init.zeros_(conv.bias)
-            for highway in module.highways:
+                init.zeros_(cast(torch.Tensor, conv.bias))  # the banks are built with biases
+            for highway in cast(Iterable[ElmoHighway], module.highways):
                 if isinstance(highway.gate, ElmoInt8Linear):
                     continue  # int8 weights come from their checkpoint
+                transform, gate = cast(nn.Linear, highway.transform), cast(nn.Linear, highway.gate)  # float32 layers
                 std = math.sqrt(1.0 / self.config.num_filters)
-                init.normal_(highway.transform.weight, 0.0, std)
-                init.zeros_(highway.transform.bias)
-                init.normal_(highway.gate.weight, 0.0, std)
-                init.constant_(highway.gate.bias, -2.0)  # starts close to the identity
+                init.normal_(transform.weight, 0.0, std)
+                init.zeros_(transform.bias)
+                init.normal_(gate.weight, 0.0, std)
+                init.constant_(gate.bias, -2.0)  # starts close to the identity
             if module.projection is not None:
                 init.normal_(module.projection.weight, 0.0, math.sqrt(1.0 / self.config.num_filters))
                 init.zeros_(module.projection.bias)
         elif isinstance(module, ElmoBiLstmLayer) and module.weight_quantization is not None:
             return  # int8 weights come from their checkpoint
         elif isinstance(module, ElmoBiLstmLayer):
-            input_dim, four_lstm_dim = module.input_weight.shape[1:]
-            bound = math.sqrt(6.0 / (input_dim + module.recurrent_weight.shape[1] + four_lstm_dim))
-            init.uniform_(module.input_weight, -bound, bound)
-            init.uniform_(module.recurrent_weight, -bound, bound)
+            # The float32 weights, registered by name (`ElmoBiLstmLayer.WEIGHTS`), which the type checker cannot see.
+            input_weight, recurrent_weight, projection_weight = (
+                cast(torch.Tensor, getattr(module, name)) for name in module.WEIGHTS
+            )
+            input_dim, four_lstm_dim = input_weight.shape[1:]
+            bound = math.sqrt(6.0 / (input_dim + recurrent_weight.shape[1] + four_lstm_dim))
+            init.uniform_(input_weight, -bound, bound)
+            init.uniform_(recurrent_weight, -bound, bound)
             lstm_dim = four_lstm_dim // 4
             bias = torch.zeros(2, four_lstm_dim)
             bias[:, lstm_dim : 2 * lstm_dim] = 1.0  # forget gate bias of 1, as TensorFlow's LSTMCell
             init.copy_(module.bias, bias)
-            projection_bound = math.sqrt(6.0 / (lstm_dim + module.projection_weight.shape[2]))
-            init.uniform_(module.projection_weight, -projection_bound, projection_bound)
+            projection_bound = math.sqrt(6.0 / (lstm_dim + projection_weight.shape[2]))
+            init.uniform_(projection_weight, -projection_bound, projection_bound)
         elif isinstance(module, ElmoScalarMix):
             init.copy_(module.weights, torch.tensor(module.initial_weights))
             init.ones_(module.gamma)
@@ -999,7 +1091,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
             super()._init_weights(module)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+    def from_pretrained(
+        cls: type[_ElmoModelT],
+        pretrained_model_name_or_path: str | os.PathLike[str] | None,
+        *model_args: Any,
+        **kwargs: Any,
+    ) -> _ElmoModelT:
         r"""
         `PreTrainedModel.from_pretrained`, made strict for ELMo checkpoints:
 
@@ -1026,8 +1123,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
         allow_mismatched_heads = kwargs.get("ignore_mismatched_sizes", False)
         kwargs["ignore_mismatched_sizes"] = True  # mismatches are reported below, by name
         try:
-            model, loading_info = super().from_pretrained(
-                pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+            # transformers annotates the model alone as the result, also for output_loading_info=True.
+            model, loading_info = cast(
+                "tuple[_ElmoModelT, dict[str, Any]]",
+                super().from_pretrained(pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs),
             )
         except SafetensorError as error:
             raise OSError(
@@ -1036,32 +1135,38 @@ class ElmoPreTrainedModel(PreTrainedModel):
             ) from error
         model._check_weights_match_config(pretrained_model_name_or_path, loading_info, allow_mismatched_heads)
         if model._head_over_a_bilm and any(name.startswith("classifier.") for name in loading_info["missing_keys"]):
+            assert pretrained_model_name_or_path is not None  # a new head is built over a named biLM checkpoint
             model._record_bilm(pretrained_model_name_or_path)
         # Loading replaces parameters by new, trainable ones: freeze again what a head keeps fixed.
         model._apply_frozen_parameters()
-        return (model, loading_info) if return_loading_info else model
+        # As transformers' own from_pretrained, whose annotation names only the model: (model, loading_info) with
+        # output_loading_info=True.
+        return (model, loading_info) if return_loading_info else model  # type: ignore[return-value]
 
-    def push_to_hub(
+    # transformers wraps PreTrainedModel.push_to_hub with functools.wraps, which typeshed types as a callable object
+    # that binds no `self` (no `__get__`): no method matches it, and calling it through `super()` wants the model as
+    # its first argument. Both ignores below are for that stub.
+    def push_to_hub(  # type: ignore[override]
         self,
-        repo_id,
+        repo_id: str,
         *,
-        commit_message=None,
-        commit_description=None,
-        private=None,
-        token=None,
-        revision=None,
-        create_pr=False,
-        max_shard_size="50GB",
-        tags=None,
-        card=None,
-    ):
+        commit_message: str | None = None,
+        commit_description: str | None = None,
+        private: bool | None = None,
+        token: bool | str | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+        max_shard_size: int | str | None = "50GB",
+        tags: list[str] | str | None = None,
+        card: dict[str, Any] | None = None,
+    ) -> str:
         """transformers' `push_to_hub`, publishing elmo-hf's model card (`elmo_hf.hub.model_card`: the pipeline tag of
         this class, usage code, the biLM a head came from, architecture, citation) in the same commit as the weights,
         so that `revision` and `create_pr` hold for the card too (with `create_pr=True` main is untouched). A repo
         that already has an elmo-hf card keeps it (tags merged) unless `card` is given: the keyword arguments of
         `render_model_card` (e.g. `evaluation` from `model_card.evaluation_results`, `baseline`, `datasets`).
         Copies of this file loaded with `trust_remote_code` (no elmo-hf package) push with transformers' card."""
-        hub_options = dict(
+        hub_options: dict[str, Any] = dict(
             commit_message=commit_message,
             commit_description=commit_description,
             private=private,
@@ -1071,17 +1176,21 @@ class ElmoPreTrainedModel(PreTrainedModel):
             tags=tags,
         )
         if not self._has_elmo_hf_card:
-            return super().push_to_hub(repo_id, max_shard_size=max_shard_size, **hub_options)
+            return super().push_to_hub(repo_id, max_shard_size=max_shard_size, **hub_options)  # type: ignore[arg-type]
         with tempfile.TemporaryDirectory() as folder:
             self.save_pretrained(folder, max_shard_size=max_shard_size)
             return self._publish_with_card(folder, repo_id, {}, card=card, **hub_options)
 
-    def save_pretrained(self, save_directory, *args, push_to_hub=False, **kwargs):
+    def save_pretrained(
+        self, save_directory: str | os.PathLike[str], *args: Any, push_to_hub: bool = False, **kwargs: Any
+    ) -> str | None:
         """transformers' `save_pretrained`; with `push_to_hub=True` the upload carries elmo-hf's model card, as
         `push_to_hub` does (keyword arguments `repo_id`, `commit_message`, `commit_description`, `private`, `token`,
         `revision`, `create_pr`, `tags`, `card`), instead of transformers' generic one."""
         if not push_to_hub or not self._has_elmo_hf_card:
-            return super().save_pretrained(save_directory, *args, push_to_hub=push_to_hub, **kwargs)
+            # push_to_hub inside the keywords: beside `*args`, the type checker would count a named one twice.
+            return super().save_pretrained(save_directory, *args, **{**kwargs, "push_to_hub": push_to_hub})
+
         names = ("commit_message", "commit_description", "private", "token", "revision", "create_pr", "tags", "card")
         hub_options = {name: kwargs.pop(name) for name in names if name in kwargs}
         repo_id = kwargs.pop("repo_id", None) or os.path.basename(os.path.normpath(os.fspath(save_directory)))
@@ -1091,25 +1200,25 @@ class ElmoPreTrainedModel(PreTrainedModel):
         return self._publish_with_card(save_directory, repo_id, timestamps, **hub_options)
 
     @property
-    def _has_elmo_hf_card(self):
+    def _has_elmo_hf_card(self) -> bool:
         # Imported by name below: transformers refuses remote code whose import statements name missing packages.
         return type(self).__module__.startswith("elmo_hf.")
 
     def _publish_with_card(
         self,
-        folder,
-        repo_id,
-        timestamps,
+        folder: str | os.PathLike[str],
+        repo_id: str,
+        timestamps: dict[str, float],
         *,
-        commit_message=None,
-        commit_description=None,
-        private=None,
-        token=None,
-        revision=None,
-        create_pr=False,
-        tags=None,
-        card=None,
-    ):
+        commit_message: str | None = None,
+        commit_description: str | None = None,
+        private: bool | None = None,
+        token: bool | str | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+        tags: list[str] | str | None = None,
+        card: dict[str, Any] | None = None,
+    ) -> str:
         """Create `repo_id` when needed, write elmo-hf's README.md into `folder` and commit the files of `folder`
         changed since `timestamps` (all when empty) in one commit."""
         from huggingface_hub import HfApi
@@ -1136,32 +1245,36 @@ class ElmoPreTrainedModel(PreTrainedModel):
             commit_description=commit_description,
         )
 
-    def _record_bilm(self, name_or_path):
+    def _record_bilm(self, name_or_path: str | os.PathLike[str]) -> None:
         """Record in the config the biLM this new head was built on: a Hub repo id as given, a local folder by its
         name only (its path means nothing on another machine), for the model card's `base_model`."""
         source = os.fspath(name_or_path)
         self.config.bilm_name_or_path = os.path.basename(os.path.normpath(source)) if os.path.isdir(source) else source
 
-    def quantize_weights(self, mode="int8"):
+    def quantize_weights(self: _ElmoModelT, mode: str | None = "int8") -> _ElmoModelT:
         """`ElmoModel.quantize_weights` on this model's biLM (a head's or the language model's); returns the model."""
-        self.elmo.quantize_weights(mode)
+        cast("ElmoModel", self.elmo).quantize_weights(mode)
         self._apply_frozen_parameters()
         return self
 
     # Whether `config.freeze_bilm` applies: a task head's setting. The language model trains its own biLM.
     _head_over_a_bilm = False
 
-    def _apply_frozen_parameters(self):
+    def _apply_frozen_parameters(self) -> None:
         if self._head_over_a_bilm and self.config.freeze_bilm:
             self.elmo.requires_grad_(False)
         for module in self.modules():
             if isinstance(module, ElmoScalarMix):
                 module.requires_grad_(module.trainable)
 
-    def _check_weights_match_config(self, source, loading_info, allow_mismatched_heads):
+    def _check_weights_match_config(
+        self, source: str | os.PathLike[str] | None, loading_info: Mapping[str, Any], allow_mismatched_heads: bool
+    ) -> None:
         """Raise unless every ELMo parameter was loaded from the checkpoint with the shape the config gives it."""
 
-        def is_elmo_parameter(name):  # "encoder.layers.0.bias" in ElmoModel, "elmo.encoder.layers.0.bias" in a head
+        def is_elmo_parameter(
+            name: str,
+        ) -> bool:  # "encoder.layers.0.bias" in ElmoModel, "elmo.encoder.layers.0.bias" in a head
             return name.removeprefix(f"{self.base_model_prefix}.").startswith(_ELMO_SUBMODULES)
 
         for name, file_shape, expected_shape in sorted(_mismatched_keys(loading_info)):
@@ -1197,11 +1310,11 @@ _CONFIG_FIELDS_BY_PARAMETER = {
 }
 
 
-def _mismatched_keys(loading_info):
+def _mismatched_keys(loading_info: Mapping[str, Any]) -> Collection[tuple[str, Sequence[int], Sequence[int]]]:
     """The `(name, shape in the file, shape the model expects)` triples of `from_pretrained`'s
     `loading_info["mismatched_keys"]`. transformers does not document that format
     (tests/model/test_transformers_contract.py pins it): a change is named here instead of misread."""
-    entries = loading_info.get("mismatched_keys")
+    entries: Any = loading_info.get("mismatched_keys")  # anything until checked below
     well_formed = entries is not None and all(
         isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[0], str) for entry in entries
     )
@@ -1213,7 +1326,7 @@ def _mismatched_keys(loading_info):
     return entries
 
 
-def _config_fields_of(parameter_name):
+def _config_fields_of(parameter_name: str) -> str:
     for part, fields in _CONFIG_FIELDS_BY_PARAMETER.items():
         if part in parameter_name:
             return fields
@@ -1231,7 +1344,7 @@ class ElmoModel(ElmoPreTrainedModel):
 
     _can_compile_fullgraph = True
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__(config)
         self.character_encoder = ElmoCharacterEncoder(config)
         self.encoder = ElmoBiLstm(config)
@@ -1240,13 +1353,13 @@ class ElmoModel(ElmoPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        output_hidden_states=None,
-        lstm_states=None,
-        lstm_dropout=0.0,
-        token_cache=None,
-    ):
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        lstm_states: tuple[torch.Tensor, torch.Tensor] | None = None,
+        lstm_dropout: float = 0.0,
+        token_cache: nn.Module | None = None,
+    ) -> ElmoModelOutput | tuple[torch.Tensor | tuple[torch.Tensor, ...], ...]:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
@@ -1287,7 +1400,9 @@ class ElmoModel(ElmoPreTrainedModel):
             lstm_states=final_state,
         )
 
-    def token_layer(self, input_ids, mask, token_cache=None):
+    def token_layer(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, token_cache: nn.Module | None = None
+    ) -> torch.Tensor:
         r"""
         The context-independent representation of every word, as the LSTM paths start from.
 
@@ -1309,7 +1424,7 @@ class ElmoModel(ElmoPreTrainedModel):
         words = encode_words(distinct_words)[word_index]  # (real words, projection_dim)
         return words.new_zeros(*mask.shape, words.shape[-1]).masked_scatter(mask.unsqueeze(-1), words)
 
-    def quantize_weights(self, mode="int8"):
+    def quantize_weights(self: _ElmoBiLmT, mode: str | None = "int8") -> _ElmoBiLmT:
         r"""
         Hold the large weights as int8, one float32 scale per output row, in place of their float32 values: the
         LSTM's W, U and P (`ElmoBiLstmLayer.quantize_`) and the highways' (`ElmoInt8Linear`). Their products run in
@@ -1340,16 +1455,16 @@ class ElmoModel(ElmoPreTrainedModel):
                 )
             if self.dtype != torch.float32 or self.device.type != "cpu":
                 raise ValueError(f"int8 weights need a float32 model on a CPU, got {self.dtype} on {self.device}")
-        for layer in self.encoder.layers:
+        for layer in cast(Iterable[ElmoBiLstmLayer], self.encoder.layers):
             layer.quantize_(mode)
             if mode == "int8":  # the float32 weights' copies are no longer read: free them with the weights
                 drop_copies(layer, [(name, layout) for name in layer.WEIGHTS for layout in FLOAT_LAYOUTS])
-        for highway in self.character_encoder.highways:
+        for highway in cast(Iterable[ElmoHighway], self.character_encoder.highways):
             highway.quantize_(mode)
         self.config.weight_quantization = mode
         return self
 
-    def word_mask(self, input_ids, attention_mask=None):
+    def word_mask(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The `(batch, words)` bool mask of real words, after checking the inputs' shapes, values and padding side."""
         if input_ids is None:
             raise ValueError("input_ids is required")
@@ -1375,7 +1490,7 @@ class ElmoModel(ElmoPreTrainedModel):
             self._check_values(input_ids, attention_mask, mask)
         return mask
 
-    def _check_values(self, input_ids, attention_mask, mask):
+    def _check_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, mask: torch.Tensor) -> None:
         """Raises unless the ids are in range, `attention_mask` is 0/1 and `mask` is right-padded."""
         chars = self.config.max_characters_per_token
         if input_ids.shape[-1] > chars:
@@ -1411,7 +1526,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     negatives, see [`ElmoLogUniformSampler`]); in eval mode always the full softmax.
     """
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__(config)
         if not config.vocab_size:
             raise ValueError("ElmoForPreTraining needs config.vocab_size > 0 (the size of the word vocabulary), got 0")
@@ -1423,12 +1538,12 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        labels=None,
-        lstm_states=None,
-        return_logits=False,
-    ):
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        lstm_states: tuple[torch.Tensor, torch.Tensor] | None = None,
+        return_logits: bool = False,
+    ) -> ElmoForPreTrainingOutput | tuple[torch.Tensor | tuple[torch.Tensor, ...], ...]:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, W, max_characters_per_token)`): character ids from
@@ -1455,7 +1570,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             top = F.dropout(top, dropout, training=True)
         forward_states, backward_states = top.split(self.config.projection_dim, dim=-1)  # each (batch, W, proj)
 
-        loss = forward_loss = backward_loss = None
+        loss: torch.Tensor | None = None
+        forward_loss: torch.Tensor | None = None
+        backward_loss: torch.Tensor | None = None
         if labels is not None:
             if tuple(labels.shape) != tuple(top.shape[:2]):
                 raise ValueError(
@@ -1466,6 +1583,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 raise ValueError(
                     f"labels must be word ids in [0, {self.config.vocab_size}) or -100, got {int(labels[bad][0])}"
                 )
+            assert input_ids is not None  # self.elmo refused None
             words = attention_mask.bool() if attention_mask is not None else (input_ids > 0).any(dim=-1)  # (batch, W)
             # Forward: the state at t predicts labels[t + 1]; backward: the state at t + 1 predicts labels[t].
             # A target counts only when the predicting position is a word (padded states are 0).
@@ -1485,15 +1603,16 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             lstm_states=outputs.lstm_states,
         )
 
-    def _init_weights(self, module):
-        if module is self.lm_head:
+    def _init_weights(self, module: nn.Module) -> None:
+        lm_head: nn.Linear = self.lm_head
+        if module is lm_head:
             # bilm-tf's softmax init: normal with std 1 / sqrt(projection_dim), zero bias.
-            init.normal_(module.weight, 0.0, 1.0 / math.sqrt(self.config.projection_dim))
-            init.zeros_(module.bias)
+            init.normal_(lm_head.weight, 0.0, 1.0 / math.sqrt(self.config.projection_dim))
+            init.zeros_(lm_head.bias)
         else:
             super()._init_weights(module)
 
-    def _direction_loss(self, states, targets):
+    def _direction_loss(self, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean loss of `states` (batch, T, proj) predicting `targets` (batch, T), -100 not counted."""
         sampled_softmax = self.training and self.config.num_sampled_negatives > 0
         if torch.compiler.is_compiling() and not sampled_softmax:
@@ -1505,7 +1624,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     # The sampler draws until it has enough distinct classes, a loop on the values: under torch.compile the sampled
     # loss runs eagerly, between two graphs.
     @torch.compiler.disable
-    def _counted_direction_loss(self, states, targets, sampled_softmax):
+    def _counted_direction_loss(
+        self, states: torch.Tensor, targets: torch.Tensor, sampled_softmax: bool
+    ) -> torch.Tensor:
         counted = targets != -100  # (batch, T)
         if not counted.any():
             raise ValueError("labels hold no target: every word to predict is -100")
@@ -1536,18 +1657,24 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
 
     _head_over_a_bilm = True
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__(config)
         self.num_labels = _check_num_labels(config, "ElmoForTokenClassification")
         self.elmo = ElmoModel(config)
         self.task_encoder = ElmoTaskEncoder(config)
-        self.classifier = nn.Linear(self.task_encoder.output_size, config.num_labels)
-        self.crf = ElmoCrf(config.num_labels) if config.use_crf else None
+        self.classifier = nn.Linear(self.task_encoder.output_size, self.num_labels)
+        self.crf = ElmoCrf(self.num_labels) if config.use_crf else None
         self.post_init()
         self._apply_frozen_parameters()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, labels=None, elmo_hidden_states=None):
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        elmo_hidden_states: torch.Tensor | None = None,
+    ) -> TokenClassifierOutput | tuple[torch.Tensor, ...]:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
@@ -1567,7 +1694,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         """
         features, mask = self.task_encoder(self.elmo, input_ids, attention_mask, elmo_hidden_states)  # (b, w, size)
         logits = self.classifier(features)  # (batch, words, num_labels)
-        loss = None
+        loss: torch.Tensor | None = None
         if labels is not None:
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(
@@ -1581,7 +1708,8 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             loss = loss + self.task_encoder.l2_penalty()
         return TokenClassifierOutput(loss=loss, logits=logits)
 
-    def _crf_loss(self, logits, labels):
+    def _crf_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        assert self.crf is not None  # called with a CRF only
         scored = labels != -100  # (batch, words)
         if not torch.compiler.is_compiling() and not scored.any(dim=1).all():
             raise ValueError("with use_crf every row of labels needs at least one word that is not -100")
@@ -1590,7 +1718,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         tags = labels.gather(1, order)  # (batch, words)
         return -self.crf.log_likelihood(emissions, tags, aligned).mean()
 
-    def decode(self, logits, mask):
+    def decode(self, logits: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
         r"""
         The predicted tag of every scored word: Viterbi with a CRF, argmax otherwise.
 
@@ -1618,17 +1746,23 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
 
     _head_over_a_bilm = True
 
-    def __init__(self, config):
+    def __init__(self, config: ElmoConfig) -> None:
         super().__init__(config)
         self.num_labels = _check_num_labels(config, "ElmoForSequenceClassification")
         self.elmo = ElmoModel(config)
         self.task_encoder = ElmoTaskEncoder(config)
-        self.classifier = nn.Linear(2 * self.task_encoder.output_size, config.num_labels)
+        self.classifier = nn.Linear(2 * self.task_encoder.output_size, self.num_labels)
         self.post_init()
         self._apply_frozen_parameters()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, labels=None, elmo_hidden_states=None):
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        elmo_hidden_states: torch.Tensor | None = None,
+    ) -> SequenceClassifierOutput | tuple[torch.Tensor, ...]:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, words, max_characters_per_token)`): character ids from
@@ -1649,12 +1783,12 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         maximum = features.masked_fill(~valid, torch.finfo(features.dtype).min).amax(dim=1)  # (batch, output_size)
         mean = features.sum(dim=1) / valid.sum(dim=1)  # (batch, output_size)
         logits = self.classifier(torch.cat([maximum, mean], dim=-1))  # (batch, num_labels)
-        loss = None
+        loss: torch.Tensor | None = None
         if labels is not None:
             loss = self._classification_loss(logits, labels) + self.task_encoder.l2_penalty()
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
-    def _classification_loss(self, logits, labels):
+    def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.config.problem_type is None:
             if self.num_labels == 1:
                 self.config.problem_type = "regression"
