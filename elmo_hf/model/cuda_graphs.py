@@ -1,14 +1,14 @@
 """ELMo's biLSTM on a CUDA device without gradients, replayed from CUDA graphs.
 
 On a GPU the reference recurrence of `modeling_elmo.py` launches about fifteen small kernels per step and layer, and
-the host's launches set much of the speed (RESULTS.md: 11.4 ms of GPU work in 25.8 ms of wall time for one medium
-batch). Here the whole `ElmoBiLstm.forward` is captured once per padded batch shape as a CUDA graph and replayed: one
-launch per batch (H200, medium: 1.19x the plain loop on sorted batches of 32, 2.49x on single sentences). It is the
+the host's launches set much of the speed (the GPU is idle for much of a batch's wall time: docs/speed.md). Here
+the whole `ElmoBiLstm.forward` is captured once per padded batch shape as a CUDA graph and replayed: one launch per
+batch (faster than the plain loop on sorted batches of 32, and more so on single sentences: docs/speed.md). It is the
 same code and the same math; only the batch is padded to its shape's bucket (rows to a power of two, words to a
 multiple of `WORD_BUCKET`), which the reference path's masks make invisible to the real rows (padding keeps no state
 and outputs zeros). On the `"fused"` path (`lstm_paths.py`) the captured loop runs the fused step of
-`cuda_kernels.py` (four kernels per step instead of about fifteen: medium, float32, with the split projection 1.15x
-the graphs of the reference step on sorted batches of 32, 1.43x on single sentences; benchmarks/RESULTS.md); should it
+`cuda_kernels.py` (four kernels per step instead of about fifteen: with the split projection, faster than the
+graphs of the reference step on sorted batches of 32 and on single sentences, docs/speed.md); should it
 fail to compile, the model warns once and captures the reference step.
 
 `ElmoModel.forward` runs it on the paths `"cuda_graphs"` and `"fused"` (`lstm_paths.py`: a CUDA input, grad mode
@@ -24,18 +24,34 @@ there too.
 import collections
 import warnings
 import weakref
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE  # what `torch.cuda.graph_pool_handle()` returns
+
+    from .modeling_elmo import ElmoBiLstm
+
+# `ElmoBiLstm.forward`'s result: each layer's output, and the final `(cell, hidden)` state.
+_BiLstmOutput = tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+# A graph's key: padded rows and words, the input's dtype and device, inference mode, the autocast dtype, each
+# parameter's (address, dtype), and the step.
+_GraphKey = tuple[
+    int, int, torch.dtype, torch.device, bool, torch.dtype | None, tuple[tuple[int, torch.dtype], ...], str
+]
 
 # Words per sentence are padded up to a multiple of this (fewer distinct graphs, a few padded steps each).
 WORD_BUCKET = 8
 # Graphs kept per model; the least recently used one goes first.
 MAX_GRAPHS = 64
 
-_GRAPHS = weakref.WeakKeyDictionary()  # ElmoBiLstm -> _GraphCache
+_GRAPHS: "weakref.WeakKeyDictionary[ElmoBiLstm, _GraphCache]" = weakref.WeakKeyDictionary()
 
 
-def graphed_bilstm_forward(encoder, inputs, mask, step="reference"):
+def graphed_bilstm_forward(
+    encoder: "ElmoBiLstm", inputs: torch.Tensor, mask: torch.Tensor, step: str = "reference"
+) -> _BiLstmOutput:
     r"""
     `encoder(inputs, mask)` (an `ElmoBiLstm`, zero initial state, no dropout) replayed from the CUDA graph of its
     padded shape, captured at the first batch of that shape.
@@ -101,13 +117,15 @@ class _GraphCache:
     dies with its model's graphs: PyTorch frees a private pool once no graph uses it, and a capture into a freed pool
     fails, so pools are never shared between models."""
 
-    def __init__(self):
-        self.graphs = collections.OrderedDict()  # shape key -> _PaddedBiLstm
-        self.pools = {}  # device -> graph pool handle
-        self.failure = None  # the error of a capture that failed: the model then runs the plain loop
-        self.fused_failure = None  # the error of the fused step (cuda_kernels.py): the graphs then run the reference
+    def __init__(self) -> None:
+        self.graphs: collections.OrderedDict[_GraphKey, _PaddedBiLstm] = collections.OrderedDict()
+        self.pools: dict[torch.device, _POOL_HANDLE] = {}  # device -> graph pool handle
+        # The error of a capture that failed: the model then runs the plain loop.
+        self.failure: Exception | None = None
+        # The error of the fused step (cuda_kernels.py): the graphs then run the reference step.
+        self.fused_failure: Exception | None = None
 
-    def pool(self, device):
+    def pool(self, device: torch.device) -> "_POOL_HANDLE | None":
         if device.type != "cuda":
             return None
         if device not in self.pools:
@@ -119,17 +137,30 @@ class _PaddedBiLstm:
     """`ElmoBiLstm.forward` on a batch padded to `(rows, width)`, captured as a CUDA graph when `like` is on a CUDA
     device (run eagerly elsewhere), with the static input and output tensors the graph reads and writes."""
 
-    def __init__(self, encoder, rows, width, like, pool=None, implementation="reference"):
+    # The outputs the graph writes (without a graph, those of the last eager run), which `run` copies from.
+    outputs: _BiLstmOutput
+
+    def __init__(
+        self,
+        encoder: "ElmoBiLstm",
+        rows: int,
+        width: int,
+        like: torch.Tensor,
+        pool: "_POOL_HANDLE | None" = None,
+        implementation: str = "reference",
+    ) -> None:
         self.implementation = implementation  # "fused" or "reference": `ElmoBiLstm.forward`'s step
         self.inputs = like.new_zeros(rows, width, like.shape[-1])  # (rows, width, projection_dim)
         self.mask = torch.zeros(rows, width, dtype=torch.bool, device=like.device)
-        self.graph = None
+        self.graph: torch.cuda.CUDAGraph | None = None
         if like.is_cuda:
             self.graph = self._capture(encoder, like.device, pool)
         else:  # the capture's first run, as on a GPU: a step that cannot run fails here, at construction
             encoder(self.inputs, self.mask, implementation=self.implementation)
 
-    def _capture(self, encoder, device, pool):
+    def _capture(
+        self, encoder: "ElmoBiLstm", device: torch.device, pool: "_POOL_HANDLE | None"
+    ) -> torch.cuda.CUDAGraph:
         # A first run outside the graph, on a side stream as PyTorch's capture needs: it loads the kernels and lets
         # cuBLAS make its workspace, so the capture records only the forward's own work.
         side = torch.cuda.Stream(device)
@@ -142,7 +173,7 @@ class _PaddedBiLstm:
             self.outputs = encoder(self.inputs, self.mask, implementation=self.implementation)
         return graph
 
-    def run(self, encoder, inputs, mask):
+    def run(self, encoder: "ElmoBiLstm", inputs: torch.Tensor, mask: torch.Tensor) -> _BiLstmOutput:
         batch, words, _ = inputs.shape
         self.inputs.zero_()
         self.inputs[:batch, :words] = inputs

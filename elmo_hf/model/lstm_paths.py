@@ -53,9 +53,11 @@ such a model is an error.
 """
 
 import warnings
-from collections.abc import MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import torch
+from torch import nn
 
 from .configuration_elmo import LSTM_IMPLEMENTATIONS
 from .cpu_kernels import elmo_forward
@@ -63,12 +65,26 @@ from .cuda_graphs import graphed_bilstm_forward
 from .cuda_kernels import fused_step_apply
 from .weight_cache import forward_pass
 
+if TYPE_CHECKING:
+    from .modeling_elmo import ElmoModel
+
+# A `(cell, hidden)` state, as `ElmoModel.forward` takes and returns it.
+_LstmState = tuple[torch.Tensor, torch.Tensor]
+# What every path returns: the token layer, the list of LSTM layers and the final `(cell, hidden)` state.
+_PathOutput = tuple[torch.Tensor, list[torch.Tensor], _LstmState]
+# A path: `reference_lstm_forward`'s signature (model, input_ids, mask, lstm_states, dropout, token_cache).
+LstmFunction = Callable[
+    ["ElmoModel", torch.Tensor, torch.Tensor, "_LstmState | None", float, "nn.Module | None"], _PathOutput
+]
+
 LSTM_PATHS = ("reference", "packed", "cpu_kernels", "cpu_kernels_int8", "cuda_graphs", "fused")
 
-_WARNED = set()  # (request, reason) pairs already warned about in this process
+_WARNED: set[tuple[str, str]] = set()  # (request, reason) pairs already warned about in this process
 
 
-def lstm_path(model, input_ids, lstm_states=None, dropout=0.0):
+def lstm_path(
+    model: "ElmoModel", input_ids: torch.Tensor, lstm_states: _LstmState | None = None, dropout: float = 0.0
+) -> str:
     r"""
     The path `ElmoModel` `model` runs its biLSTM on for this call (one of `LSTM_PATHS`).
 
@@ -94,8 +110,10 @@ def lstm_path(model, input_ids, lstm_states=None, dropout=0.0):
     needs_grad = grad_mode and any(isinstance(tensor, torch.Tensor) and tensor.requires_grad for tensor in tensors)
     device = input_ids.device
 
-    def fused_step_available():  # asked only on a CUDA device
-        like = torch.empty(0, dtype=model.encoder.layers[0].recurrent_weight.dtype, device=device)
+    def fused_step_available() -> bool:  # asked only on a CUDA device
+        # (The layers register their weights by name, `ElmoBiLstmLayer.WEIGHTS`, which the type checker cannot see.)
+        recurrent_weight = cast(torch.Tensor, model.encoder.layers[0].recurrent_weight)
+        like = torch.empty(0, dtype=recurrent_weight.dtype, device=device)
         return fused_step_apply(model.encoder, like)
 
     return resolve_lstm_path(
@@ -111,15 +129,15 @@ def lstm_path(model, input_ids, lstm_states=None, dropout=0.0):
 
 
 def resolve_lstm_path(
-    implementation,
-    device_type,
-    weight_quantization=None,
-    grad_mode=False,
-    needs_grad=False,
-    dropout=0.0,
-    stateful=False,
-    fused_step_available=lambda: False,
-):
+    implementation: str,
+    device_type: str,
+    weight_quantization: str | None = None,
+    grad_mode: bool = False,
+    needs_grad: bool = False,
+    dropout: float = 0.0,
+    stateful: bool = False,
+    fused_step_available: Callable[[], bool] = lambda: False,
+) -> str:
     r"""
     The tables of this module's docstring, as a function of the facts they read.
 
@@ -151,7 +169,7 @@ def resolve_lstm_path(
             "(quantize_weights(None) gives float32 weights from the int8 ones)"
         )
 
-    def automatic():
+    def automatic() -> str:
         if cpu_kernels:
             return "cpu_kernels_int8" if weight_quantization == "int8" else "cpu_kernels"
         if grad_mode:
@@ -182,7 +200,7 @@ def resolve_lstm_path(
     return implementation
 
 
-def _warn_once(requested, reason, used):
+def _warn_once(requested: str, reason: str, used: str) -> None:
     if (requested, reason) in _WARNED:
         return
     _WARNED.add((requested, reason))
@@ -192,41 +210,41 @@ def _warn_once(requested, reason, used):
     )
 
 
-class ElmoLstmInterface(MutableMapping):
+class ElmoLstmInterface(MutableMapping[str, LstmFunction]):
     r"""
     The LSTM paths by name: a mapping from each name of `LSTM_PATHS` to its function, all with the signature of
     `reference_lstm_forward`. As transformers' `AttentionInterface`: `ElmoLstmInterface.register(name, function)`
     adds or replaces a path for every instance, and `interface[name] = function` replaces one in this instance only.
     """
 
-    _global_mapping = {}
+    _global_mapping: ClassVar[dict[str, LstmFunction]] = {}
 
-    def __init__(self):
-        self._local_mapping = {}
+    def __init__(self) -> None:
+        self._local_mapping: dict[str, LstmFunction] = {}
 
     @classmethod
-    def register(cls, name, function):
+    def register(cls, name: str, function: LstmFunction) -> None:
         """Makes `function` the path `name` of every `ElmoLstmInterface`."""
         cls._global_mapping[name] = function
 
-    def __getitem__(self, name):
+    def __getitem__(self, name: str) -> LstmFunction:
         if name in self._local_mapping:
             return self._local_mapping[name]
         return self._global_mapping[name]
 
-    def __setitem__(self, name, function):
+    def __setitem__(self, name: str, function: LstmFunction) -> None:
         self._local_mapping[name] = function
 
-    def __delitem__(self, name):
+    def __delitem__(self, name: str) -> None:
         del self._local_mapping[name]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter({**self._global_mapping, **self._local_mapping})
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._global_mapping.keys() | self._local_mapping.keys())
 
-    def get_interface(self, name, default):
+    def get_interface(self, name: str | None, default: LstmFunction) -> LstmFunction:
         """The function of path `name`; `default` when `name` is None. An unregistered name is a `KeyError` naming the
         registered ones."""
         if name is None:
@@ -236,7 +254,14 @@ class ElmoLstmInterface(MutableMapping):
         return self[name]
 
 
-def reference_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0.0, token_cache=None):
+def reference_lstm_forward(
+    model: "ElmoModel",
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    lstm_states: _LstmState | None = None,
+    dropout: float = 0.0,
+    token_cache: nn.Module | None = None,
+) -> _PathOutput:
     r"""
     The path `"reference"`, and the signature of every path: `ElmoModel`'s token layer, then the readable padded loop
     of `ElmoBiLstm`.
@@ -257,13 +282,27 @@ def reference_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0.0
     return _encoder_forward(model, input_ids, mask, lstm_states, dropout, token_cache, "reference")
 
 
-def packed_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0.0, token_cache=None):
+def packed_lstm_forward(
+    model: "ElmoModel",
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    lstm_states: _LstmState | None = None,
+    dropout: float = 0.0,
+    token_cache: nn.Module | None = None,
+) -> _PathOutput:
     """The path `"packed"`: the token layer, then packed steps with a hand-written backward
     (`lstm_training_kernel.py`). Arguments and result as `reference_lstm_forward`."""
     return _encoder_forward(model, input_ids, mask, lstm_states, dropout, token_cache, "packed")
 
 
-def cpu_kernels_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0.0, token_cache=None):
+def cpu_kernels_lstm_forward(
+    model: "ElmoModel",
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    lstm_states: _LstmState | None = None,
+    dropout: float = 0.0,
+    token_cache: nn.Module | None = None,
+) -> _PathOutput:
     """The paths `"cpu_kernels"` and `"cpu_kernels_int8"` (`cpu_kernels.elmo_forward`, which reads the weights'
     quantization from the model), the only paths with derived copies of the weights (`weight_cache.py`): each is
     checked once in the call. No dropout there (`lstm_path` picks them only without). Arguments and result as
@@ -275,21 +314,43 @@ def cpu_kernels_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0
         return elmo_forward(model, input_ids, mask, lstm_states, token_cache)
 
 
-def cuda_graphs_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0.0, token_cache=None):
+def cuda_graphs_lstm_forward(
+    model: "ElmoModel",
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    lstm_states: _LstmState | None = None,
+    dropout: float = 0.0,
+    token_cache: nn.Module | None = None,
+) -> _PathOutput:
     """The path `"cuda_graphs"`: the token layer, then the reference loop replayed from CUDA graphs (no carried state,
     no dropout there: `lstm_path` picks it only without). Arguments and result as `reference_lstm_forward`."""
     token_layer = model.token_layer(input_ids, mask, token_cache)
     return token_layer, *graphed_bilstm_forward(model.encoder, token_layer, mask, "reference")
 
 
-def fused_lstm_forward(model, input_ids, mask, lstm_states=None, dropout=0.0, token_cache=None):
+def fused_lstm_forward(
+    model: "ElmoModel",
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    lstm_states: _LstmState | None = None,
+    dropout: float = 0.0,
+    token_cache: nn.Module | None = None,
+) -> _PathOutput:
     """The path `"fused"`: as `"cuda_graphs"`, the graphs capturing the fused step of `cuda_kernels.py`. Arguments and
     result as `reference_lstm_forward`."""
     token_layer = model.token_layer(input_ids, mask, token_cache)
     return token_layer, *graphed_bilstm_forward(model.encoder, token_layer, mask, "fused")
 
 
-def _encoder_forward(model, input_ids, mask, lstm_states, dropout, token_cache, implementation):
+def _encoder_forward(
+    model: "ElmoModel",
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    lstm_states: _LstmState | None,
+    dropout: float,
+    token_cache: nn.Module | None,
+    implementation: str,
+) -> _PathOutput:
     token_layer = model.token_layer(input_ids, mask, token_cache)  # (batch, words, projection_dim)
     lstm_layers, final_state = model.encoder(
         token_layer, mask, lstm_states, dropout=dropout, implementation=implementation

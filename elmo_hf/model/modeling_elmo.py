@@ -1384,6 +1384,8 @@ class ElmoModel(ElmoPreTrainedModel):
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
+        if input_ids is None:
+            raise ValueError("ElmoModel.forward: input_ids is required (character ids from ElmoTokenizer), got None")
         mask = self.word_mask(input_ids, attention_mask)  # (batch, words)
         # The one choice of path (lstm_paths.py): config.lstm_implementation, the device, grad mode, dropout, state.
         lstm_forward = ALL_LSTM_FUNCTIONS.get_interface(

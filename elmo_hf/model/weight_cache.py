@@ -49,26 +49,40 @@ import contextlib
 import contextvars
 import itertools
 import weakref
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from typing import TypeVar, cast
 
 import torch
+from torch import nn
+
+# What a copy is: a tensor, a tuple of tensors, packed int8 weights (`cpu_kernels.py`), as its `build` makes it.
+_Copy = TypeVar("_Copy")
+# (dtype, shape, device) of a tensor a copy was made from.
+_Description = tuple[torch.dtype, tuple[int, ...], torch.device]
 
 # The current forward pass of this thread or task (None outside one); each pass gets a new number.
-_CURRENT_PASS = contextvars.ContextVar("elmo_hf_weight_pass", default=None)
+_CURRENT_PASS: contextvars.ContextVar[int | None] = contextvars.ContextVar("elmo_hf_weight_pass", default=None)
 # True inside a held pass (`weights_held`): the forward passes within join it.
-_HELD = contextvars.ContextVar("elmo_hf_weights_held", default=False)
+_HELD: contextvars.ContextVar[bool] = contextvars.ContextVar("elmo_hf_weights_held", default=False)
 # 64-bit words summed together in a fingerprint (512 bytes): at 64, the sums read memory as fast as a copy does, and
 # the fingerprint is 1/64 of the weight's size (at 8 its sums ran 4x slower, at 512 no faster).
 _BLOCK_WORDS = 64
 _PASS_NUMBERS = itertools.count(1)
 
 # owner module -> {key: _Entry}
-_COPIES = weakref.WeakKeyDictionary()
+_COPIES: "weakref.WeakKeyDictionary[nn.Module, dict[Hashable, _Entry]]" = weakref.WeakKeyDictionary()
 
 
 class _Entry:
     __slots__ = ("copy", "checked_in", "description", "fingerprints")
 
-    def __init__(self, copy, description, fingerprints, checked_in):
+    def __init__(
+        self,
+        copy: object,
+        description: list[_Description],
+        fingerprints: list[torch.Tensor],
+        checked_in: int | None,
+    ) -> None:
         self.copy = copy
         self.description = description  # (dtype, shape, device) of each source
         self.fingerprints = fingerprints
@@ -76,7 +90,7 @@ class _Entry:
 
 
 @contextlib.contextmanager
-def forward_pass(held=False):
+def forward_pass(held: bool = False) -> Iterator[None]:
     """Within this context each copy is checked at its first use only (the weights do not change during a
     forward). Nested passes are new passes, except inside a `held` one, whose pass they join."""
     if _HELD.get():
@@ -90,14 +104,14 @@ def forward_pass(held=False):
         _CURRENT_PASS.reset(pass_token)
 
 
-def weights_held():
+def weights_held() -> contextlib.AbstractContextManager[None]:
     """One forward pass spanning every forward in the block: each copy is checked at its first use in the block
     only. For library code that runs forwards back to back and runs no caller's code in between (a batch loop),
     so that nothing can write the weights during the block; never around code that takes a callback."""
     return forward_pass(held=True)
 
 
-def fingerprint(tensor):
+def fingerprint(tensor: torch.Tensor) -> torch.Tensor:
     """The content fingerprint of `tensor`: its bytes (in memory order) read as 64-bit integers ("words"), summed
     modulo 2**64 a block of `_BLOCK_WORDS` words (512 bytes) at a time, followed by the last words and bytes that fill
     no block, each as it is: `(ceil(bytes / 512) - 1 + tail,)` int64. Integer sums, so exact: any change of a word
@@ -116,15 +130,15 @@ def fingerprint(tensor):
     )
 
 
-def _describe(tensor):
+def _describe(tensor: torch.Tensor) -> _Description:
     return (tensor.dtype, tuple(tensor.shape), tensor.device)
 
 
-def _same(fingerprints, others):
+def _same(fingerprints: Sequence[torch.Tensor], others: Sequence[torch.Tensor]) -> bool:
     return all(torch.equal(a, b) for a, b in zip(fingerprints, others))
 
 
-def derived_copy(owner, key, sources, build):
+def derived_copy(owner: nn.Module, key: Hashable, sources: Sequence[torch.Tensor], build: Callable[[], _Copy]) -> _Copy:
     r"""
     The copy `key` of `owner` made by `build()` from the tensors `sources`, made again whenever the rule of this
     module says the kept one may be stale.
@@ -142,18 +156,18 @@ def derived_copy(owner, key, sources, build):
     copies = _COPIES.setdefault(owner, {})
     entry = copies.get(key)
     if entry is not None and current_pass is not None and entry.checked_in == current_pass:
-        return entry.copy
+        return cast(_Copy, entry.copy)  # made by this key's `build`, as the one below
     description = [_describe(source) for source in sources]
     fingerprints = [fingerprint(source) for source in sources]
     if entry is not None and entry.description == description and _same(entry.fingerprints, fingerprints):
         entry.checked_in = current_pass
-        return entry.copy
+        return cast(_Copy, entry.copy)
     copy = build()
     copies[key] = _Entry(copy, description, fingerprints, current_pass)
     return copy
 
 
-def drop_copies(owner, keys):
+def drop_copies(owner: nn.Module, keys: Iterable[Hashable]) -> None:
     """Forget `owner`'s copies `keys` (those a change of the model's layout left unread, e.g. the float32 weights'
     copies once the weights are int8: `ElmoModel.quantize_weights`)."""
     copies = _COPIES.get(owner, {})
