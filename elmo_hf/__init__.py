@@ -12,6 +12,7 @@ before any command runs (`elmo_hf.cli.main`).
 import importlib
 import os
 import sys
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -40,7 +41,7 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
@@ -48,11 +49,11 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def _register_auto_classes():
+def _register_auto_classes() -> None:
     """Register the ELMo classes with the Auto classes and for `save_pretrained`'s code copy, and the pipeline task
     "elmo-token-classification". Idempotent."""
     from transformers import (
@@ -88,7 +89,7 @@ def _register_auto_classes():
     importlib.import_module(".inference.pipelines", __name__)  # registers the task "elmo-token-classification"
 
 
-def _started_as_the_command():
+def _started_as_the_command() -> bool:
     """Whether this process is the `elmo-hf` command: its console script, or `python -m elmo_hf.cli` (while the
     package is imported for it, sys.argv[0] is still "-m" and sys.orig_argv holds the module's name)."""
     if not sys.argv:
