@@ -3,6 +3,9 @@
 Importing this module registers the task "elmo-token-classification" (`import elmo_hf` imports it).
 """
 
+from collections.abc import Iterator
+from typing import Any
+
 from transformers import AutoModelForTokenClassification
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
@@ -33,7 +36,9 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         - `stride` is not supported: a sentence is encoded whole (see `ElmoTokenizer.max_words`).
     """
 
-    def preprocess(self, sentence, offset_mapping=None, **preprocess_params):
+    def preprocess(  # type: ignore[override]  # a generator, as the base class's is (its annotation says dict)
+        self, sentence: str | list[str], offset_mapping: Any = None, **preprocess_params: Any
+    ) -> Iterator[dict[str, Any]]:
         if not isinstance(self.tokenizer, ElmoTokenizer):
             yield from super().preprocess(sentence, offset_mapping=offset_mapping, **preprocess_params)
             return
@@ -63,7 +68,8 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         model_inputs["is_last"] = True
         yield model_inputs
 
-    def _forward(self, model_inputs):
+    # TokenClassificationPipeline's own (untyped) signature, which differs from the base Pipeline's annotations.
+    def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
         outputs = super()._forward(model_inputs)
         if isinstance(self.tokenizer, ElmoTokenizer):
             words = outputs["special_tokens_mask"] == 0  # (batch, words)
@@ -71,7 +77,12 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
             outputs["tags"] = decoded_tags(self.model, outputs["logits"], words)
         return outputs
 
-    def postprocess(self, all_outputs, aggregation_strategy=AggregationStrategy.NONE, ignore_labels=None):
+    def postprocess(  # type: ignore[override]  # TokenClassificationPipeline's signature, as _forward
+        self,
+        all_outputs: list[dict[str, Any]],
+        aggregation_strategy: AggregationStrategy = AggregationStrategy.NONE,
+        ignore_labels: list[str] | None = None,
+    ) -> list[dict[str, Any]]:
         if not isinstance(self.tokenizer, ElmoTokenizer):
             return super().postprocess(all_outputs, aggregation_strategy, ignore_labels)
         (outputs,) = all_outputs  # a sentence is one chunk
