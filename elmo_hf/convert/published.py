@@ -20,7 +20,9 @@ import re
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..user_errors import UnwritableOutputError, UserInputError
 
@@ -40,19 +42,28 @@ class PublishedModel:
     weights_path: str  # the weights .hdf5, relative to the base address
     repo_name: str  # the checkpoint folder's (and Hub repo's) name
     training_data: str  # for the model card
-    datasets: tuple = ()  # Hub dataset ids for the card's metadata
+    datasets: tuple[str, ...] = ()  # Hub dataset ids for the card's metadata
 
-    def urls(self, base_url=None):
+    def urls(self, base_url: str | None = None) -> tuple[str, str]:
         """(options URL, weights URL) under `base_url`, else ELMO_HF_PUBLISHED_BASE_URL, else the published one."""
         base = (base_url or os.environ.get(BASE_URL_VARIABLE) or PUBLISHED_BASE_URL).rstrip("/")
         return f"{base}/{self.options_path}", f"{base}/{self.weights_path}"
 
-    def files(self, input_dir):
+    def files(self, input_dir: str | os.PathLike[str]) -> tuple[str, str]:
         """(options path, weights path) of this model's files under their published names in `input_dir`."""
-        return tuple(os.path.join(input_dir, os.path.basename(path)) for path in (self.options_path, self.weights_path))
+        folder = os.fspath(input_dir)
+        return os.path.join(folder, os.path.basename(self.options_path)), os.path.join(
+            folder, os.path.basename(self.weights_path)
+        )
 
 
-def _english(name, stem, repo_name, training_data=ONE_BILLION_WORDS, datasets=("lm1b",)):
+def _english(
+    name: str,
+    stem: str,
+    repo_name: str,
+    training_data: str = ONE_BILLION_WORDS,
+    datasets: tuple[str, ...] = ("lm1b",),
+) -> PublishedModel:
     return PublishedModel(
         name, f"{stem}/elmo_{stem}_options.json", f"{stem}/elmo_{stem}_weights.hdf5", repo_name, training_data, datasets
     )
@@ -96,7 +107,7 @@ PUBLISHED_MODELS = (
 ENGLISH_MODELS = ("small", "medium", "original", "original-5.5b")
 
 
-def published_model(name):
+def published_model(name: str) -> PublishedModel:
     """The `PublishedModel` called `name`; an unknown name raises a `UserInputError` listing the known ones."""
     for model in PUBLISHED_MODELS:
         if model.name == name:
@@ -105,7 +116,7 @@ def published_model(name):
     raise UserInputError(f"--published: unknown model {name!r}; known: {known}")
 
 
-def default_download_dir():
+def default_download_dir() -> str:
     """Where downloads are kept between runs: $ELMO_HF_CACHE, else $XDG_CACHE_HOME/elmo_hf, else ~/.cache/elmo_hf;
     then `published/`."""
     cache = os.environ.get("ELMO_HF_CACHE") or os.path.join(
@@ -114,7 +125,7 @@ def default_download_dir():
     return os.path.join(cache, "published")
 
 
-def download(url, destination, progress=True, timeout=60):
+def download(url: str, destination: str, progress: bool = True, timeout: float = 60) -> str:
     """Fetch `url` to `destination` (a file path), continuing `destination + ".part"` when an earlier run left one.
 
     The file gets its final name only once it holds every byte the server announced; a server that stops early
@@ -160,7 +171,15 @@ def download(url, destination, progress=True, timeout=60):
     return destination
 
 
-def _receive(response, partial, mode, offset, total, destination, progress):
+def _receive(
+    response: http.client.HTTPResponse,
+    partial: str,
+    mode: str,
+    offset: int,
+    total: int | None,
+    destination: str,
+    progress: bool,
+) -> int:
     """Append the body of `response` to `partial` (opened with `mode`) with a progress bar; the bytes it then holds.
     A file that cannot be written is an `UnwritableOutputError` for `destination`, which keeps what arrived."""
     from tqdm.auto import tqdm
@@ -199,23 +218,27 @@ def _receive(response, partial, mode, offset, total, destination, progress):
     return received
 
 
-def _content_range_start(header):
+def _content_range_start(header: str | None) -> int | None:
     match = re.fullmatch(r"bytes (\d+)-\d+/(?:\d+|\*)", (header or "").strip())
     return int(match.group(1)) if match else None
 
 
-def fetch_published(name, download_dir=None, base_url=None, progress=True):
+def fetch_published(
+    name: str, download_dir: str | None = None, base_url: str | None = None, progress: bool = True
+) -> tuple[str, str]:
     """Download the options and weights of the published model `name` into `download_dir/name/` (default:
     `default_download_dir()`), resuming any broken download. Returns (options path, weights path)."""
     model = published_model(name)
     folder = os.path.join(download_dir or default_download_dir(), model.name)
-    paths = []
-    for url in model.urls(base_url):
-        paths.append(download(url, os.path.join(folder, url.rsplit("/", 1)[-1]), progress=progress))
-    return tuple(paths)
+    options_url, weights_url = model.urls(base_url)
+    options_path = download(options_url, os.path.join(folder, options_url.rsplit("/", 1)[-1]), progress=progress)
+    weights_path = download(weights_url, os.path.join(folder, weights_url.rsplit("/", 1)[-1]), progress=progress)
+    return options_path, weights_path
 
 
-def card_options(model, repo_id, output_dir, revision=None):
+def card_options(
+    model: PublishedModel, repo_id: str | None, output_dir: str, revision: str | None = None
+) -> dict[str, Any]:
     """The model card's fields for a published model converted to `output_dir` (and pushed to `repo_id`)."""
     return {
         "repo_id": repo_id or output_dir,
@@ -227,8 +250,15 @@ def card_options(model, repo_id, output_dir, revision=None):
 
 
 def convert_published(
-    name, output_dir=None, download_dir=None, repo_id=None, private=None, revision=None, base_url=None, progress=True
-):
+    name: str,
+    output_dir: str | None = None,
+    download_dir: str | None = None,
+    repo_id: str | None = None,
+    private: bool | None = None,
+    revision: str | None = None,
+    base_url: str | None = None,
+    progress: bool = True,
+) -> tuple[str, dict[str, Any]]:
     """Download (or resume), verify and convert the published model `name` into `output_dir` (default: its repo
     name in the current folder), and push it to the Hub repo `repo_id` when given.
     Returns (output folder, conversion report)."""
@@ -247,7 +277,14 @@ def convert_published(
     return output_dir, report
 
 
-def convert_all(input_dir, output_dir, namespace=None, private=None, revision=None, names=None):
+def convert_all(
+    input_dir: str,
+    output_dir: str,
+    namespace: str | None = None,
+    private: bool | None = None,
+    revision: str | None = None,
+    names: Sequence[str] | None = None,
+) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
     """Convert (and push, when `namespace` is given) the models named in `names` (default: the four English sizes)
     from their files in `input_dir`, under their published names. Every file is checked before anything is
     converted. Returns {model name: (output folder, repo id or None, conversion report)}."""
